@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/sinks"
+	natssink "github.com/outbox-relay/outbox-relay/sinks/nats"
+)
+
+// poolSize covers the relay's claimer, settlers and background queries.
+const poolSize = 6
+
+func cmdRun(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("run", "Run the relay until SIGTERM or SIGINT (the default command).", stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	c, err := loadConfig(environ)
+	if err != nil {
+		return err
+	}
+	if err := c.requireDatabase(); err != nil {
+		return err
+	}
+	if err := c.requireSinks(); err != nil {
+		return usageError{err}
+	}
+	log := newLogger(c, stderr)
+	log.Info("starting outbox-relay", "version", version, "schema", c.Schema)
+
+	pool, err := openPool(ctx, c, poolSize)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := waitForDatabase(ctx, pool, log); err != nil {
+		return err
+	}
+	if c.Migrate {
+		n, err := applyMigrations(ctx, pool, c.Schema)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			log.Info("migrations applied", "schema", c.Schema, "num_applied", n)
+		}
+	} else if err := checkMigrations(ctx, pool, c.Schema); err != nil {
+		return err
+	}
+
+	sinkMap, closeSinks, err := openSinks(c, log)
+	if err != nil {
+		return err
+	}
+	defer closeSinks()
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := relay.NewMetrics()
+	if err := metrics.Register(registry); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	r, err := relay.New(pool, relay.Config{
+		Schema:           c.Schema,
+		ID:               c.ID,
+		Sinks:            sinkMap,
+		DefaultSink:      c.Sink,
+		BatchSize:        c.BatchSize,
+		MaxInFlight:      c.MaxInFlight,
+		PollInterval:     c.PollInterval,
+		Lease:            c.Lease,
+		MaxAttempts:      c.MaxAttempts,
+		BackoffMin:       c.BackoffMin,
+		BackoffMax:       c.BackoffMax,
+		DrainTimeout:     c.DrainTimeout,
+		ArchiveRetention: forever(c.ArchiveRetention),
+		DedupRetention:   forever(c.DedupRetention),
+		Logger:           log,
+		Metrics:          metrics,
+	})
+	if err != nil {
+		return err
+	}
+
+	if c.HTTPAddr != "" {
+		stopHTTP, err := serveHTTP(c.HTTPAddr, relay.Handler(r, registry), log)
+		if err != nil {
+			return err
+		}
+		defer stopHTTP()
+	}
+	return r.Run(ctx)
+}
+
+// forever maps the environment's 0 (keep forever) to the relay's negative.
+func forever(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+// openSinks connects every configured sink.
+func openSinks(c config, log *slog.Logger) (map[string]sinks.Sink, func(), error) {
+	m := map[string]sinks.Sink{}
+	var closers []func() error
+	closeAll := func() {
+		for _, f := range closers {
+			_ = f()
+		}
+	}
+	if c.NatsURL != "" {
+		s, err := natssink.New(natssink.Config{
+			URL:           c.NatsURL,
+			JetStream:     c.NatsJetStream,
+			SubjectPrefix: c.NatsSubjectPrefix,
+			AckTimeout:    c.NatsAckTimeout,
+			MaxPending:    2 * max(c.MaxInFlight, 4*c.BatchSize),
+			ClientName:    "outbox-relay",
+			Logger:        log,
+		})
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		m["nats"] = s
+		closers = append(closers, s.Close)
+	}
+	return m, closeAll, nil
+}
+
+// serveHTTP serves h on addr until the returned stop function is called.
+func serveHTTP(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, &configError{Var: "RELAY_HTTP_ADDR", Value: addr, Reason: err.Error()}
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	log.Info("serving /metrics, /livez and /readyz", "addr", ln.Addr().String())
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http endpoint stopped", "err", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"text/tabwriter"
+)
+
+// commands lists the subcommands for the usage text.
+var commands = []struct{ name, summary string }{
+	{"run", "run the relay until SIGTERM (the default)"},
+	{"migrate", "apply the migrations; --print prints their SQL instead"},
+	{"version", "print the version"},
+	{"help", "print this help"},
+}
+
+func cmdHelp(_ context.Context, _, _ []string, stdout, _ io.Writer) error {
+	printUsage(stdout)
+	fmt.Fprintln(stdout)
+	printEnvReference(stdout)
+	return nil
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: outbox-relay [command] [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, c := range commands {
+		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Configuration is read from the environment only; `outbox-relay help` lists every variable.")
+}
+
+// envReference returns one entry per environment variable, in the order of
+// the config struct.
+func envReference() []envVar {
+	var vars []envVar
+	t := reflect.TypeFor[config]()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		vars = append(vars, envVar{
+			Name:    f.Tag.Get("env"),
+			Default: f.Tag.Get("envDefault"),
+			Doc:     f.Tag.Get("doc"),
+			Allowed: f.Tag.Get("allowed"),
+		})
+	}
+	return vars
+}
+
+// envVar documents one environment variable.
+type envVar struct{ Name, Default, Doc, Allowed string }
+
+func printEnvReference(w io.Writer) {
+	fmt.Fprintln(w, "Environment:")
+	for _, v := range envReference() {
+		def := v.Default
+		if def == "" {
+			def = "unset"
+		}
+		fmt.Fprintf(w, "  %s (default: %s)\n      %s\n      Allowed: %s.\n", v.Name, def, v.Doc, v.Allowed)
+	}
+}
+
+// newFlagSet returns a flag set whose -h prints usage and summary.
+func newFlagSet(usage, summary string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(strings.Fields(usage)[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: outbox-relay %s\n\n%s\n", usage, summary)
+		hasFlags := false
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintln(stderr, "\nFlags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// parseFlags parses args, turning -h into errHelpShown and other mistakes
+// into usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return errHelpShown
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}

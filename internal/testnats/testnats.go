@@ -1,0 +1,166 @@
+// Package testnats runs a real NATS server with JetStream inside the test
+// process, on a random port with its own store, so that each test controls
+// it: stop it, restart it, read what arrived.
+package testnats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Server is an in-process NATS server.
+type Server struct {
+	t    testing.TB
+	opts server.Options
+	srv  *server.Server
+	js   jetstream.JetStream // the tests' own client, made on first use
+}
+
+// Start runs a server with JetStream on a random port for t, shut down at
+// cleanup. configure, when given, adjusts the options (say MaxPayload).
+func Start(t testing.TB, configure ...func(*server.Options)) *Server {
+	t.Helper()
+	opts := server.Options{
+		Host:      "127.0.0.1",
+		Port:      -1,
+		JetStream: true,
+		StoreDir:  t.TempDir(),
+		NoLog:     true,
+		NoSigs:    true,
+	}
+	for _, f := range configure {
+		f(&opts)
+	}
+	s := &Server{t: t, opts: opts}
+	s.start()
+	// Later restarts keep the port, so that clients reconnect.
+	s.opts.Port = s.srv.Addr().(*net.TCPAddr).Port
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	opts := s.opts
+	srv, err := server.NewServer(&opts)
+	if err != nil {
+		s.t.Fatalf("create NATS server: %v", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		s.t.Fatalf("NATS server not ready")
+	}
+	s.srv = srv
+}
+
+// URL returns the client URL.
+func (s *Server) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.opts.Port) }
+
+// Stop shuts the server down; Restart starts it again with the same store.
+func (s *Server) Stop() {
+	if s.srv != nil {
+		s.srv.Shutdown()
+		s.srv.WaitForShutdown()
+		s.srv = nil
+	}
+}
+
+// Restart starts a stopped server again on the same port and store.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	s.start()
+}
+
+// Connect returns a client connection, closed at cleanup.
+func (s *Server) Connect(t testing.TB) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(s.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("connect to test NATS: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// JetStream returns a JetStream client for the tests' own use (creating
+// streams, reading them). It reconnects across Restart.
+func (s *Server) JetStream() jetstream.JetStream {
+	if s.js == nil {
+		js, err := jetstream.New(s.Connect(s.t))
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		s.js = js
+	}
+	return s.js
+}
+
+// CreateStream creates a file-backed stream capturing subjects, with a
+// duplicate window of two minutes (the JetStream default).
+func (s *Server) CreateStream(t testing.TB, name string, subjects ...string) jetstream.Stream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := s.JetStream().CreateStream(ctx, jetstream.StreamConfig{
+		Name:       name,
+		Subjects:   subjects,
+		Storage:    jetstream.FileStorage,
+		Duplicates: 2 * time.Minute,
+	})
+	if err != nil {
+		t.Fatalf("create stream %s: %v", name, err)
+	}
+	return st
+}
+
+// Messages returns every message stored in stream, in stream order.
+func (s *Server) Messages(t testing.TB, stream string) []*nats.Msg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := s.JetStream().Stream(ctx, stream)
+	if err != nil {
+		t.Fatalf("stream %s: %v", stream, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatalf("stream %s info: %v", stream, err)
+	}
+	var msgs []*nats.Msg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		raw, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("get message %d of %s: %v", seq, stream, err)
+		}
+		msgs = append(msgs, &nats.Msg{Subject: raw.Subject, Data: raw.Data, Header: raw.Header})
+	}
+	return msgs
+}
+
+// Count returns the number of messages stored in stream.
+func (s *Server) Count(t testing.TB, stream string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := s.JetStream().Stream(ctx, stream)
+	if err != nil {
+		t.Fatalf("stream %s: %v", stream, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatalf("stream %s info: %v", stream, err)
+	}
+	return info.State.Msgs
+}

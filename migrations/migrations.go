@@ -1,0 +1,171 @@
+// Package migrations holds the relay's versioned SQL and applies it with tern.
+//
+// Every file in sql/ is a tern migration template rendered with the schema
+// name as {{.schema}} (already quoted). Apply takes a per-schema advisory
+// lock before creating the schema and running tern, so several replicas that
+// start together apply each migration exactly once; tern records the version
+// in <schema>.schema_version.
+package migrations
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/tern/v2/migrate"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+// DefaultSchema is the schema the relay's tables live in unless RELAY_SCHEMA
+// says otherwise.
+const DefaultSchema = outbox.DefaultSchema
+
+// versionTable is tern's bookkeeping table, created inside the schema.
+const versionTable = "schema_version"
+
+//go:embed sql/*.sql
+var files embed.FS
+
+var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// ValidateSchema reports whether name can be used as the relay's schema: a
+// lower-case SQL identifier of at most 63 characters (letters, digits and
+// underscores, not starting with a digit).
+func ValidateSchema(name string) error {
+	if !schemaPattern.MatchString(name) {
+		return fmt.Errorf("schema name %q must be a lower-case identifier: a letter or underscore, then letters, digits or underscores, at most 63 characters", name)
+	}
+	return nil
+}
+
+// Quote returns the schema name quoted for use in SQL. It panics when the name
+// is invalid: callers validate user input with ValidateSchema first.
+func Quote(schema string) string {
+	if err := ValidateSchema(schema); err != nil {
+		panic(err)
+	}
+	return pgx.Identifier{schema}.Sanitize()
+}
+
+// Latest is the version the embedded migrations bring a schema to.
+func Latest() int32 {
+	m, err := load(context.Background(), nil, DefaultSchema)
+	if err != nil {
+		panic(err) // The embedded files are part of the binary; tests load them.
+	}
+	return int32(len(m.Migrations))
+}
+
+// Apply creates schema when missing and applies every pending migration. It
+// holds an advisory lock for the schema meanwhile, so concurrent callers wait
+// for each other and then find nothing left to do. It returns the number of
+// migrations applied.
+func Apply(ctx context.Context, conn *pgx.Conn, schema string) (int, error) {
+	if err := ValidateSchema(schema); err != nil {
+		return 0, err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext($1))", lockName(schema)); err != nil {
+		return 0, fmt.Errorf("lock schema %s for migration: %w", schema, err)
+	}
+	defer func() {
+		// A failed unlock leaves the lock to the end of the session; the
+		// caller closes the connection.
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtext($1))", lockName(schema))
+	}()
+
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+Quote(schema)); err != nil {
+		return 0, fmt.Errorf("create schema %s: %w", schema, err)
+	}
+	m, err := load(ctx, conn, schema)
+	if err != nil {
+		return 0, err
+	}
+	before, err := m.GetCurrentVersion(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	if before > int32(len(m.Migrations)) {
+		return 0, fmt.Errorf("schema %s is at version %d, newer than this binary knows (%d): upgrade outbox-relay", schema, before, len(m.Migrations))
+	}
+	if err := m.Migrate(ctx); err != nil {
+		return 0, fmt.Errorf("migrate schema %s: %w", schema, err)
+	}
+	return len(m.Migrations) - int(before), nil
+}
+
+// CurrentVersion returns the version schema is at, or 0 when the relay's
+// tables were never created there.
+func CurrentVersion(ctx context.Context, conn *pgx.Conn, schema string) (int32, error) {
+	if err := ValidateSchema(schema); err != nil {
+		return 0, err
+	}
+	var exists bool
+	err := conn.QueryRow(ctx,
+		"SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = $1 AND tablename = $2)",
+		schema, versionTable).Scan(&exists)
+	if err != nil {
+		return 0, fmt.Errorf("look up %s.%s: %w", schema, versionTable, err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int32
+	if err := conn.QueryRow(ctx, "SELECT version FROM "+Quote(schema)+"."+versionTable).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}
+
+// Render returns the SQL that Apply would run on an empty database, as one
+// script for teams that apply schema changes with their own tool. The script
+// also records the version, so a relay started afterwards (with or without
+// RELAY_MIGRATE) finds nothing to do.
+func Render(schema string) (string, error) {
+	if err := ValidateSchema(schema); err != nil {
+		return "", err
+	}
+	m, err := load(context.Background(), nil, schema)
+	if err != nil {
+		return "", err
+	}
+	q := Quote(schema)
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- outbox-relay schema %s, version %d.\n", schema, len(m.Migrations))
+	b.WriteString("-- Generated by `outbox-relay migrate --print`; apply it in one transaction.\n\n")
+	b.WriteString("BEGIN;\n\n")
+	fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s;\n\n", q)
+	for _, mig := range m.Migrations {
+		fmt.Fprintf(&b, "-- %s\n%s\n\n", mig.Name, strings.TrimSpace(mig.UpSQL))
+	}
+	fmt.Fprintf(&b, "-- Version bookkeeping (tern's table): `outbox-relay migrate` reads it.\n")
+	fmt.Fprintf(&b, "CREATE TABLE IF NOT EXISTS %s.%s (version int4 NOT NULL);\n", q, versionTable)
+	fmt.Fprintf(&b, "DELETE FROM %s.%s;\n", q, versionTable)
+	fmt.Fprintf(&b, "INSERT INTO %s.%s (version) VALUES (%d);\n\n", q, versionTable, len(m.Migrations))
+	b.WriteString("COMMIT;\n")
+	return b.String(), nil
+}
+
+// load builds a tern migrator for schema over the embedded files. A nil conn
+// gives a migrator that can only render.
+func load(ctx context.Context, conn *pgx.Conn, schema string) (*migrate.Migrator, error) {
+	m, err := migrate.NewMigrator(ctx, conn, Quote(schema)+"."+versionTable)
+	if err != nil {
+		return nil, fmt.Errorf("prepare migrator: %w", err)
+	}
+	m.Data["schema"] = Quote(schema)
+	sub, err := fs.Sub(files, "sql")
+	if err != nil {
+		return nil, err
+	}
+	if err := m.LoadMigrations(sub); err != nil {
+		return nil, fmt.Errorf("load migrations: %w", err)
+	}
+	return m, nil
+}
+
+func lockName(schema string) string { return "outbox-relay:migrate:" + schema }

@@ -1,0 +1,71 @@
+package relay
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/sinks"
+)
+
+// claimed is a row this relay leased, with what the claim learned about it.
+type claimed struct {
+	sinks.Message
+	// sink is where the row goes: its destination, or the default sink.
+	sink string
+	// duplicate is set when the row's idempotency key was already delivered.
+	duplicate bool
+}
+
+// claim leases up to limit due rows whose sink is not in exclude and returns
+// them in insert order.
+func (r *Relay) claim(ctx context.Context, limit int, exclude []string) ([]claimed, error) {
+	start := time.Now()
+	rows, err := r.pool.Query(ctx, r.q.claim, r.cfg.ID, r.cfg.DefaultSink, exclude, limit, r.cfg.Lease)
+	if err != nil {
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	batch := make([]claimed, 0, limit)
+	rescued := 0
+	for rows.Next() {
+		var (
+			c                claimed
+			key, destination *string
+			wasRescued       bool
+		)
+		err := rows.Scan(&c.ID, &c.Topic, &c.Payload, &key, &c.Headers, &c.IdempotencyKey, &destination,
+			&c.CreatedAt, &c.Attempt, &wasRescued, &c.duplicate)
+		if err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("claim batch: read row: %w", err)
+		}
+		if key != nil {
+			c.Key = *key
+		}
+		c.sink = r.cfg.DefaultSink
+		if destination != nil {
+			c.Destination = *destination
+			c.sink = *destination
+		}
+		if wasRescued {
+			rescued++
+		}
+		batch = append(batch, c)
+	}
+	if err := rows.Err(); err != nil {
+		// The claim may have committed before the connection failed; rows
+		// leased then come back when the lease expires.
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	r.metrics.ClaimDuration.Observe(time.Since(start).Seconds())
+	r.metrics.ClaimRows.Observe(float64(len(batch)))
+	if rescued > 0 {
+		r.metrics.LeaseRescues.Add(float64(rescued))
+		r.log.Warn("claimed rows whose lease had expired; another relay (or this one) stopped before settling them",
+			"num_rescued", rescued)
+	}
+	slices.SortFunc(batch, func(a, b claimed) int { return cmp.Compare(a.ID, b.ID) })
+	return batch, nil
+}

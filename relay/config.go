@@ -1,0 +1,168 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/sinks"
+)
+
+// Defaults for Config. They are the fast, safe choice measured on the
+// benchmark in the README.
+const (
+	BatchSizeDefault        = 1000
+	PollIntervalDefault     = 50 * time.Millisecond
+	LeaseDefault            = 30 * time.Second
+	MaxAttemptsDefault      = 25
+	BackoffMinDefault       = time.Second
+	BackoffMaxDefault       = time.Hour
+	DrainTimeoutDefault     = 10 * time.Second
+	ArchiveRetentionDefault = 7 * 24 * time.Hour
+	DedupRetentionDefault   = 7 * 24 * time.Hour
+)
+
+// Config configures a Relay. Zero values take the documented defaults.
+type Config struct {
+	// Schema holds the relay's tables (RELAY_SCHEMA). Default "outbox".
+	Schema string
+	// ID names this relay in leases (leased_by). Default hostname-pid.
+	ID string
+	// Sinks maps destination names to sinks. At least one is required.
+	Sinks map[string]sinks.Sink
+	// DefaultSink receives rows whose destination is null (RELAY_SINK).
+	// Default: the only sink, when there is exactly one.
+	DefaultSink string
+	// BatchSize is the number of rows per claim (RELAY_BATCH_SIZE). Default
+	// BatchSizeDefault.
+	BatchSize int
+	// MaxInFlight bounds the rows claimed but not yet settled, per sink
+	// (RELAY_MAX_IN_FLIGHT). Default 4 × BatchSize.
+	MaxInFlight int
+	// PollInterval is the pause after a claim that came back less than full
+	// (RELAY_POLL_INTERVAL). Default PollIntervalDefault.
+	PollInterval time.Duration
+	// Lease is how long a claim holds its rows (RELAY_LEASE); deliveries are
+	// cut off before it ends. Default LeaseDefault.
+	Lease time.Duration
+	// MaxAttempts is the number of deliveries before a row goes to the dead
+	// letters (RELAY_MAX_ATTEMPTS). Default MaxAttemptsDefault.
+	MaxAttempts int
+	// BackoffMin and BackoffMax bound the retry delay, which doubles from
+	// BackoffMin with every attempt, with jitter (RELAY_BACKOFF_MIN,
+	// RELAY_BACKOFF_MAX).
+	BackoffMin, BackoffMax time.Duration
+	// DrainTimeout bounds the wait for in-flight deliveries at shutdown
+	// (RELAY_DRAIN_TIMEOUT). Default DrainTimeoutDefault.
+	DrainTimeout time.Duration
+	// ArchiveRetention and DedupRetention are how long archived rows and
+	// delivered idempotency keys are kept (RELAY_ARCHIVE_RETENTION,
+	// RELAY_DEDUP_RETENTION); a negative value keeps them forever.
+	ArchiveRetention, DedupRetention time.Duration
+	// Logger receives the relay's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Metrics receives the relay's measurements. Default: a private set that
+	// is not exported.
+	Metrics *Metrics
+}
+
+// withDefaults returns c with every zero value replaced by its default.
+func (c Config) withDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = migrations.DefaultSchema
+	}
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "relay"
+		}
+		c.ID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if c.DefaultSink == "" && len(c.Sinks) == 1 {
+		for name := range c.Sinks {
+			c.DefaultSink = name
+		}
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = BatchSizeDefault
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 4 * c.BatchSize
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = PollIntervalDefault
+	}
+	if c.Lease == 0 {
+		c.Lease = LeaseDefault
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = MaxAttemptsDefault
+	}
+	if c.BackoffMin == 0 {
+		c.BackoffMin = BackoffMinDefault
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = BackoffMaxDefault
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DrainTimeoutDefault
+	}
+	if c.ArchiveRetention == 0 {
+		c.ArchiveRetention = ArchiveRetentionDefault
+	}
+	if c.DedupRetention == 0 {
+		c.DedupRetention = DedupRetentionDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
+	}
+	return c
+}
+
+// validate reports the first setting out of range, naming the field.
+func (c Config) validate() error {
+	if err := migrations.ValidateSchema(c.Schema); err != nil {
+		return fmt.Errorf("Schema: %w", err)
+	}
+	if len(c.Sinks) == 0 {
+		return errors.New("Sinks: at least one sink is required")
+	}
+	if _, ok := c.Sinks[c.DefaultSink]; !ok {
+		if c.DefaultSink == "" {
+			return errors.New("DefaultSink: several sinks are configured, so the default sink for rows without a destination must be named")
+		}
+		return fmt.Errorf("DefaultSink: %q is not a configured sink", c.DefaultSink)
+	}
+	switch {
+	case c.BatchSize < 1 || c.BatchSize > 100000:
+		return fmt.Errorf("BatchSize: %d is outside 1..100000", c.BatchSize)
+	case c.MaxInFlight < c.BatchSize:
+		return fmt.Errorf("MaxInFlight: %d is less than BatchSize (%d)", c.MaxInFlight, c.BatchSize)
+	case c.PollInterval < time.Millisecond:
+		return fmt.Errorf("PollInterval: %s is below 1ms", c.PollInterval)
+	case c.Lease < 2*time.Second:
+		return fmt.Errorf("Lease: %s is below 2s", c.Lease)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("MaxAttempts: %d is below 1", c.MaxAttempts)
+	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
+		return fmt.Errorf("BackoffMin, BackoffMax: need 0 < %s <= %s", c.BackoffMin, c.BackoffMax)
+	case c.DrainTimeout < 0:
+		return fmt.Errorf("DrainTimeout: %s is negative", c.DrainTimeout)
+	}
+	return nil
+}
+
+// DeliveryBudget is how long a delivery may take after its claim: the lease
+// minus a margin for settling (a fifth, at least a second), so that a slow
+// destination is cut off while the rows are still held. Sink timeouts must
+// fit in it.
+func DeliveryBudget(lease time.Duration) time.Duration {
+	return lease - max(lease/5, time.Second)
+}

@@ -1,0 +1,115 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Periods of the background work.
+const (
+	statsInterval     = 10 * time.Second
+	retentionInterval = time.Minute
+	retentionChunk    = 5000
+)
+
+// maintain refreshes the backlog gauges and enforces retention until ctx
+// ends. Failures are logged and counted; the next round tries again.
+func (r *Relay) maintain(ctx context.Context) {
+	stats := time.NewTicker(statsInterval)
+	defer stats.Stop()
+	retention := time.NewTicker(retentionInterval)
+	defer retention.Stop()
+	r.refreshStats(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-stats.C:
+			r.refreshStats(ctx)
+		case <-retention.C:
+			r.enforceRetention(ctx)
+		}
+	}
+}
+
+// refreshStats sets the backlog, oldest-due-age, backoff and dead-letter
+// gauges from one scan of the hot table.
+func (r *Relay) refreshStats(ctx context.Context) {
+	if err := r.queryStats(ctx); err != nil && ctx.Err() == nil {
+		r.metrics.StatsErrors.Inc()
+		r.log.Warn("refresh backlog gauges", "err", err)
+	}
+}
+
+func (r *Relay) queryStats(ctx context.Context) error {
+	rows, err := r.pool.Query(ctx, r.q.stats, r.cfg.DefaultSink)
+	if err != nil {
+		return fmt.Errorf("query backlog: %w", err)
+	}
+	backlog := map[string]float64{}
+	for name := range r.cfg.Sinks {
+		backlog[name] = 0
+	}
+	var backoffTotal, oldest float64
+	for rows.Next() {
+		var (
+			sink             string
+			due, inBackoff   int64
+			oldestDueSeconds float64
+		)
+		if err := rows.Scan(&sink, &due, &inBackoff, &oldestDueSeconds); err != nil {
+			rows.Close()
+			return fmt.Errorf("query backlog: %w", err)
+		}
+		backlog[sink] = float64(due)
+		backoffTotal += float64(inBackoff)
+		oldest = max(oldest, oldestDueSeconds)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("query backlog: %w", err)
+	}
+	var dead int64
+	if err := r.pool.QueryRow(ctx, r.q.deadLettersCount).Scan(&dead); err != nil {
+		return fmt.Errorf("count dead letters: %w", err)
+	}
+	r.metrics.Backlog.Reset()
+	for sink, n := range backlog {
+		r.metrics.Backlog.WithLabelValues(sink).Set(n)
+	}
+	r.metrics.InBackoff.Set(backoffTotal)
+	r.metrics.OldestDueAge.Set(oldest)
+	r.metrics.DeadLetters.Set(float64(dead))
+	return nil
+}
+
+// enforceRetention deletes archived rows and delivered keys older than their
+// retention, a chunk at a time so that no statement runs long.
+func (r *Relay) enforceRetention(ctx context.Context) {
+	for _, t := range []struct {
+		table     string
+		query     string
+		retention time.Duration
+	}{
+		{"archive", r.q.deleteExpiredArchive, r.cfg.ArchiveRetention},
+		{"delivered_keys", r.q.deleteExpiredKeys, r.cfg.DedupRetention},
+	} {
+		if t.retention < 0 {
+			continue
+		}
+		cutoff := time.Now().Add(-t.retention)
+		for ctx.Err() == nil {
+			tag, err := r.pool.Exec(ctx, t.query, cutoff, retentionChunk)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("enforce retention", "table", t.table, "err", err)
+				}
+				break
+			}
+			r.metrics.RetentionDeleted.WithLabelValues(t.table).Add(float64(tag.RowsAffected()))
+			if tag.RowsAffected() < retentionChunk {
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,609 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/internal/testnats"
+	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/sinks"
+	natssink "github.com/outbox-relay/outbox-relay/sinks/nats"
+)
+
+const stream = "EVENTS"
+
+// bundle is what most relay tests need: a fresh schema, a NATS server with a
+// stream capturing events.>, and a NATS sink.
+type bundle struct {
+	db   *testdb.Schema
+	nats *testnats.Server
+	sink *natssink.Sink
+}
+
+func setup(t *testing.T, configure ...func(*server.Options)) *bundle {
+	t.Helper()
+	b := &bundle{db: testdb.New(t), nats: testnats.Start(t, configure...)}
+	b.nats.CreateStream(t, stream, "events.>")
+	b.sink = newSink(t, b.nats.URL())
+	return b
+}
+
+func newSink(t *testing.T, url string) *natssink.Sink {
+	t.Helper()
+	s, err := natssink.New(natssink.Config{URL: url, JetStream: true, AckTimeout: 2 * time.Second, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// config returns a relay config for the bundle with test-friendly timings.
+func (b *bundle) config(t *testing.T) relay.Config {
+	return relay.Config{
+		Schema:       b.db.Name,
+		Sinks:        map[string]sinks.Sink{"nats": b.sink},
+		PollInterval: 10 * time.Millisecond,
+		Lease:        5 * time.Second,
+		BackoffMin:   100 * time.Millisecond,
+		BackoffMax:   time.Second,
+		DrainTimeout: 2 * time.Second,
+		Logger:       testLogger(t),
+		Metrics:      relay.NewMetrics(),
+	}
+}
+
+// start runs a relay with cfg until the returned function is called (or
+// the test ends); that function waits for Run to return nil.
+func start(t *testing.T, b *bundle, cfg relay.Config) (stop func()) {
+	t.Helper()
+	return startOn(t, b.db.Pool, cfg)
+}
+
+// startOn is start with the relay on its own pool.
+func startOn(t *testing.T, pool *pgxpool.Pool, cfg relay.Config) (stop func()) {
+	t.Helper()
+	r, err := relay.New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run returned %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("Run did not return within 30s of cancel")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// insertRows inserts n rows with plain SQL: binary-safe payloads that differ
+// per row, headers, every fourth row keyed.
+func insertRows(t *testing.T, db *testdb.Schema, n int, topic string) {
+	t.Helper()
+	db.Exec(t, `
+INSERT INTO %s.messages (topic, payload, key, headers)
+SELECT $1,
+       '\x00ff'::bytea || convert_to(json_build_object('seq', i, 'pad', repeat(chr(97 + i % 26), 200))::text, 'UTF8'),
+       CASE WHEN i % 4 = 0 THEN 'order-' || (i % 100) END,
+       jsonb_build_object('content-type', 'application/json', 'trace-id', 'trace-' || i)
+  FROM generate_series(1, $2) AS i`, topic, n)
+}
+
+// archived returns what the archive holds, by idempotency key.
+type archivedRow struct {
+	payload   []byte
+	headers   map[string]string
+	duplicate bool
+}
+
+func archived(t *testing.T, db *testdb.Schema) map[string]archivedRow {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), "SELECT idempotency_key, payload, headers, duplicate FROM "+db.Table("archive"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]archivedRow{}
+	for rows.Next() {
+		var key string
+		var r archivedRow
+		if err := rows.Scan(&key, &r.payload, &r.headers, &r.duplicate); err != nil {
+			t.Fatal(err)
+		}
+		if _, dup := out[key]; dup && !r.duplicate {
+			t.Errorf("idempotency key %s archived twice", key)
+		}
+		out[key] = r
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// assertStreamMatchesArchive checks that the stream holds exactly one
+// message per archived (non-duplicate) row, byte for byte, with its headers.
+func assertStreamMatchesArchive(t *testing.T, b *bundle, want int) {
+	t.Helper()
+	arch := archived(t, b.db)
+	msgs := b.nats.Messages(t, stream)
+	if len(msgs) != want {
+		t.Fatalf("stream holds %d messages, want %d", len(msgs), want)
+	}
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		id := m.Header.Get(nats.MsgIdHdr)
+		if seen[id] {
+			t.Fatalf("message %s is twice in the stream", id)
+		}
+		seen[id] = true
+		row, ok := arch[id]
+		if !ok {
+			t.Fatalf("stream message %s is not in the archive", id)
+		}
+		if !bytes.Equal(m.Data, row.payload) {
+			t.Fatalf("message %s payload = %q, want %q", id, m.Data, row.payload)
+		}
+		for k, v := range row.headers {
+			if got := m.Header.Get(k); got != v {
+				t.Fatalf("message %s header %s = %q, want %q", id, k, got, v)
+			}
+		}
+	}
+	if len(arch) != want {
+		t.Fatalf("archive holds %d rows, want %d", len(arch), want)
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitDrained(t *testing.T, db *testdb.Schema, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, "the hot table to empty", func() bool { return db.Count(t, "messages") == 0 })
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("TEST_LOG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: level}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
+
+func TestRelay_DeliversPlainSQLRowsOnceByteForByte(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 10000
+	insertRows(t, b.db, n, "events.orders.created")
+	cfg := b.config(t)
+	start(t, b, cfg)
+
+	waitDrained(t, b.db, 60*time.Second)
+	waitFor(t, 10*time.Second, "all messages in the stream", func() bool { return b.nats.Count(t, stream) >= n })
+	assertStreamMatchesArchive(t, b, n)
+	if got := b.db.Count(t, "delivered_keys"); got != n {
+		t.Errorf("delivered_keys holds %d keys, want %d", got, n)
+	}
+	if got := testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("nats", "delivered")); got != n {
+		t.Errorf("outbox_relay_messages_total{outcome=delivered} = %v, want %d", got, n)
+	}
+}
+
+func TestRelay_TwoRelaysShareATableWithoutDuplicates(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Count raw publishes, not just what the stream kept: the stream would
+	// hide a double send inside its duplicate window.
+	raw := b.nats.Connect(t)
+	var mu sync.Mutex
+	published := map[string]int{}
+	sub, err := raw.Subscribe("events.>", func(m *nats.Msg) {
+		mu.Lock()
+		published[m.Header.Get(nats.MsgIdHdr)]++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := raw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 10000
+	insertRows(t, b.db, n, "events.orders.created")
+	cfgA, cfgB := b.config(t), b.config(t)
+	cfgA.ID, cfgB.ID = "relay-a", "relay-b"
+	cfgA.BatchSize, cfgB.BatchSize = 200, 200
+	cfgB.Sinks = map[string]sinks.Sink{"nats": newSink(t, b.nats.URL())}
+	start(t, b, cfgA)
+	start(t, b, cfgB)
+
+	waitDrained(t, b.db, 60*time.Second)
+	waitFor(t, 10*time.Second, "every publish to reach the subscriber", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(published) >= n
+	})
+	mu.Lock()
+	for id, c := range published {
+		if c != 1 {
+			t.Errorf("message %s was published %d times", id, c)
+		}
+	}
+	mu.Unlock()
+	assertStreamMatchesArchive(t, b, n)
+	a := testutil.ToFloat64(cfgA.Metrics.Messages.WithLabelValues("nats", "delivered"))
+	c := testutil.ToFloat64(cfgB.Metrics.Messages.WithLabelValues("nats", "delivered"))
+	if a+c != n || a == 0 || c == 0 {
+		t.Errorf("relays delivered %v and %v messages; want both to work and %d in all", a, c, n)
+	}
+}
+
+func TestRelay_NATSOutageLosesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 5000
+	cfg := b.config(t)
+	cfg.BatchSize = 100
+	start(t, b, cfg)
+
+	insertRows(t, b.db, n/2, "events.orders.created")
+	waitFor(t, 30*time.Second, "some deliveries", func() bool { return b.db.Count(t, "archive") > 0 })
+	b.nats.Stop()
+	insertRows(t, b.db, n/2, "events.orders.created")
+	waitFor(t, 10*time.Second, "the relay to see the sink as unavailable", func() bool {
+		return testutil.ToFloat64(cfg.Metrics.SinkAvailable.WithLabelValues("nats")) == 0
+	})
+	if left := b.db.Count(t, "messages"); left == 0 {
+		t.Fatal("every row was settled while NATS was down")
+	}
+	b.nats.Restart()
+
+	waitDrained(t, b.db, 60*time.Second)
+	assertStreamMatchesArchive(t, b, n)
+	if got := b.db.Count(t, "dead_letters"); got != 0 {
+		t.Errorf("%d rows were dead-lettered", got)
+	}
+}
+
+func TestRelay_TerminatedBackendsReconnectAndLoseNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 6000
+	cfg := b.config(t)
+	cfg.BatchSize = 100
+	cfg.Lease = 3 * time.Second
+	relayApp := "relay-" + b.db.Name
+	startOn(t, b.db.NewPool(t, relayApp), cfg)
+	insertRows(t, b.db, n, "events.orders.created")
+
+	admin := b.db.Conn(t)
+	terminated := 0
+	for round := 0; round < 5 && b.db.Count(t, "messages") > 0; round++ {
+		var k int
+		err := admin.QueryRow(context.Background(),
+			`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`,
+			relayApp).Scan(&k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		terminated += k
+		time.Sleep(100 * time.Millisecond)
+	}
+	if terminated == 0 {
+		t.Fatal("no relay backend was terminated; the test proves nothing")
+	}
+	waitDrained(t, b.db, 60*time.Second)
+	assertStreamMatchesArchive(t, b, n)
+}
+
+func TestRelay_PoisonMessageIsDeadLetteredWhileTheRestFlow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *server.Options) { o.MaxPayload = 64 * 1024 })
+	insertRows(t, b.db, 100, "events.orders.created")
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.big', convert_to(repeat('x', 100000), 'UTF8'), 'too-big')`)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.*', 'x', 'wildcard')`)
+	insertRows(t, b.db, 100, "events.orders.created")
+	cfg := b.config(t)
+	start(t, b, cfg)
+
+	waitDrained(t, b.db, 30*time.Second)
+	assertStreamMatchesArchive(t, b, 200)
+	rows, err := b.db.Pool.Query(context.Background(), "SELECT idempotency_key, reason, error, attempts FROM "+b.db.Table("dead_letters")+" ORDER BY idempotency_key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type dead struct {
+		key, reason, err string
+		attempts         int
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dead, error) {
+		var d dead
+		return d, r.Scan(&d.key, &d.reason, &d.err, &d.attempts)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("dead letters = %+v, want the two poison messages", got)
+	}
+	for _, d := range got {
+		if d.reason != relay.ReasonPermanent || d.attempts != 1 {
+			t.Errorf("dead letter %s: reason %q after %d attempts, want %q after 1", d.key, d.reason, d.attempts, relay.ReasonPermanent)
+		}
+	}
+	if !bytes.Contains([]byte(got[0].err), []byte("max_payload")) {
+		t.Errorf("too-big dead letter error = %q, want it to mention max_payload", got[0].err)
+	}
+	if !bytes.Contains([]byte(got[1].err), []byte("wildcard")) {
+		t.Errorf("wildcard dead letter error = %q, want it to mention wildcards", got[1].err)
+	}
+	if got := testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("nats", "dead_lettered")); got != 2 {
+		t.Errorf("dead_lettered metric = %v, want 2", got)
+	}
+}
+
+func TestRelay_DeliveredKeyIsArchivedAsDuplicateWithoutSending(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	start(t, b, cfg)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.a', 'first', 'key-1')`)
+	waitDrained(t, b.db, 10*time.Second)
+	// The producer sends the same logical event again after delivery.
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.a', 'again', 'key-1')`)
+	waitDrained(t, b.db, 10*time.Second)
+
+	if got := b.nats.Count(t, stream); got != 1 {
+		t.Errorf("stream holds %d messages, want 1", got)
+	}
+	var dups int
+	if err := b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.db.Table("archive")+" WHERE duplicate").Scan(&dups); err != nil {
+		t.Fatal(err)
+	}
+	if dups != 1 {
+		t.Errorf("archive holds %d duplicates, want 1", dups)
+	}
+	if got := testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("nats", "deduplicated")); got != 1 {
+		t.Errorf("deduplicated metric = %v, want 1", got)
+	}
+}
+
+func TestRelay_TransientFailuresRetryWithBackoffThenDeliver(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	start(t, b, cfg)
+	// No stream captures other.>: JetStream has no responder, a transient
+	// failure (an operator may still create the stream).
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload) VALUES ('other.thing', 'later')`)
+	waitFor(t, 20*time.Second, "a retry", func() bool {
+		return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("nats", "retried")) >= 1
+	})
+	var attempts int
+	var lastError string
+	var availableAt time.Time
+	err := b.db.Pool.QueryRow(context.Background(), "SELECT attempts, last_error, available_at FROM "+b.db.Table("messages")).Scan(&attempts, &lastError, &availableAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if attempts < 1 || lastError == "" {
+		t.Errorf("after a failed delivery: attempts %d, last_error %q", attempts, lastError)
+	}
+	b.nats.CreateStream(t, "OTHER", "other.>")
+	waitDrained(t, b.db, 20*time.Second)
+	if got := b.nats.Count(t, "OTHER"); got != 1 {
+		t.Errorf("OTHER holds %d messages, want 1", got)
+	}
+}
+
+func TestRelay_ExhaustedAttemptsGoToDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	cfg.MaxAttempts = 3
+	cfg.BackoffMin, cfg.BackoffMax = 10*time.Millisecond, 10*time.Millisecond
+	start(t, b, cfg)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('nowhere.at.all', 'x', 'doomed')`)
+	waitDrained(t, b.db, 30*time.Second)
+	var reason, errText string
+	var attempts int
+	err := b.db.Pool.QueryRow(context.Background(), "SELECT reason, error, attempts FROM "+b.db.Table("dead_letters")+" WHERE idempotency_key = 'doomed'").Scan(&reason, &errText, &attempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reason != relay.ReasonExhausted || attempts != 3 || errText == "" {
+		t.Errorf("dead letter: reason %q, attempts %d, error %q; want %q after 3 attempts with the error", reason, attempts, errText, relay.ReasonExhausted)
+	}
+}
+
+func TestRelay_UnknownDestinationIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	start(t, b, cfg)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, destination) VALUES ('events.a', 'x', 'kafka')`)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, destination) VALUES ('events.b', 'y', 'nats')`)
+	waitDrained(t, b.db, 10*time.Second)
+	var reason, errText string
+	if err := b.db.Pool.QueryRow(context.Background(), "SELECT reason, error FROM "+b.db.Table("dead_letters")).Scan(&reason, &errText); err != nil {
+		t.Fatal(err)
+	}
+	if reason != relay.ReasonNoSink || !bytes.Contains([]byte(errText), []byte(`"kafka"`)) {
+		t.Errorf("dead letter reason %q, error %q; want %q naming kafka", reason, errText, relay.ReasonNoSink)
+	}
+	if got := b.nats.Count(t, stream); got != 1 {
+		t.Errorf("stream holds %d messages, want 1", got)
+	}
+}
+
+// blockingSink holds every delivery until its context ends.
+type blockingSink struct{ started chan struct{} }
+
+func (s *blockingSink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
+	select {
+	case s.started <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return sinks.Fill(make([]error, len(msgs)), ctx.Err())
+}
+
+func TestRelay_ShutdownReleasesUnfinishedDeliveries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	sink := &blockingSink{started: make(chan struct{}, 1)}
+	cfg.Sinks = map[string]sinks.Sink{"nats": sink}
+	cfg.DrainTimeout = 200 * time.Millisecond
+	stop := start(t, b, cfg)
+	insertRows(t, b.db, 50, "events.a")
+	<-sink.started
+	began := time.Now()
+	stop()
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("shutdown took %s with a drain timeout of 200ms", took)
+	}
+	var leased, attempts int
+	err := b.db.Pool.QueryRow(context.Background(),
+		"SELECT count(*) FILTER (WHERE leased_by IS NOT NULL OR available_at > now()), coalesce(sum(attempts), 0) FROM "+b.db.Table("messages")).Scan(&leased, &attempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.db.Count(t, "messages"); got != 50 {
+		t.Fatalf("hot table holds %d rows, want all 50", got)
+	}
+	if leased != 0 || attempts != 0 {
+		t.Errorf("after shutdown: %d rows still leased or delayed, %d attempts counted; want 0 and 0", leased, attempts)
+	}
+}
+
+func TestRelay_GuardedSettleCannotArchiveARowTakenOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Relay A's sink stalls past A's lease; relay B takes the row over and
+	// delivers it; A's late success must not archive B's claim.
+	slow := &stallingSink{release: make(chan struct{}), next: b.sink}
+	cfgA := b.config(t)
+	cfgA.ID = "relay-a"
+	cfgA.Lease = 2 * time.Second
+	cfgA.Sinks = map[string]sinks.Sink{"nats": slow}
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.a', 'x', 'contested')`)
+	start(t, b, cfgA)
+	waitFor(t, 10*time.Second, "relay A to claim the row", func() bool { return slow.calls() > 0 })
+	// Let A's lease expire, then take the row over as relay B would.
+	b.db.Exec(t, `UPDATE %s.messages SET available_at = now(), leased_until = now() WHERE idempotency_key = 'contested'`)
+	var tookOver int
+	err := b.db.Pool.QueryRow(context.Background(),
+		"UPDATE "+b.db.Table("messages")+" SET leased_by = 'relay-b', attempts = attempts + 1, available_at = now() + interval '1 hour' WHERE idempotency_key = 'contested' RETURNING attempts").Scan(&tookOver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(slow.release)
+	waitFor(t, 10*time.Second, "relay A to settle", func() bool {
+		return testutil.ToFloat64(cfgA.Metrics.LeaseLost) >= 1
+	})
+	var leasedBy string
+	if err := b.db.Pool.QueryRow(context.Background(), "SELECT leased_by FROM "+b.db.Table("messages")+" WHERE idempotency_key = 'contested'").Scan(&leasedBy); err != nil {
+		t.Fatalf("the row taken over by relay B is gone from the hot table: %v", err)
+	}
+	if leasedBy != "relay-b" || b.db.Count(t, "archive") != 0 {
+		t.Errorf("row leased by %q, archive holds %d; want relay-b's lease intact and nothing archived", leasedBy, b.db.Count(t, "archive"))
+	}
+}
+
+// stallingSink waits for release before delivering through next.
+type stallingSink struct {
+	release chan struct{}
+	next    sinks.Sink
+	mu      sync.Mutex
+	n       int
+}
+
+func (s *stallingSink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
+	s.mu.Lock()
+	s.n++
+	s.mu.Unlock()
+	<-s.release
+	return s.next.Deliver(context.WithoutCancel(ctx), msgs)
+}
+
+func (s *stallingSink) calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+func TestRelay_ExpiredLeaseIsRescued(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A relay that died holding a lease: the row is leased, due again at
+	// the lease's end.
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, attempts, leased_by, leased_until, available_at)
+	              VALUES ('events.a', 'x', 'orphan', 1, 'dead-relay', now() + interval '300 milliseconds', now() + interval '300 milliseconds')`)
+	cfg := b.config(t)
+	start(t, b, cfg)
+	waitDrained(t, b.db, 10*time.Second)
+	if got := testutil.ToFloat64(cfg.Metrics.LeaseRescues); got != 1 {
+		t.Errorf("lease rescues = %v, want 1", got)
+	}
+	assertStreamMatchesArchive(t, b, 1)
+}
+
+func TestRelay_DelayedMessageWaitsForAvailableAt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	start(t, b, cfg)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, available_at) VALUES ('events.later', 'x', now() + interval '1 second')`)
+	waitDrained(t, b.db, 10*time.Second)
+	var early bool
+	if err := b.db.Pool.QueryRow(context.Background(), "SELECT delivered_at < created_at + interval '1 second' FROM "+b.db.Table("archive")).Scan(&early); err != nil {
+		t.Fatal(err)
+	}
+	if early {
+		t.Error("a message delayed by 1s was delivered before its available_at")
+	}
+}

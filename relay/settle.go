@@ -1,0 +1,221 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// settleLoop writes down outcomes until in is closed. Whatever has arrived
+// while the previous round trip ran is settled together, so the batch grows
+// with the load and a lone outcome is settled at once.
+func (r *Relay) settleLoop(ctx context.Context, in <-chan []outcome) {
+	maxRows := 2 * r.cfg.BatchSize
+	for first := range in {
+		items := first
+	gather:
+		for len(items) < maxRows {
+			select {
+			case more, ok := <-in:
+				if !ok {
+					break gather
+				}
+				items = append(items, more...)
+			default:
+				break gather
+			}
+		}
+		r.settleWithRetry(ctx, items)
+		for sink, n := range countBySink(items) {
+			r.inflight.done(sink, n)
+			r.metrics.InFlight.WithLabelValues(sink).Sub(float64(n))
+		}
+	}
+}
+
+// settleWithRetry settles items, retrying while the database is unreachable
+// and the leases still hold. Giving up loses nothing: the rows are claimed
+// again when their leases expire.
+func (r *Relay) settleWithRetry(ctx context.Context, items []outcome) {
+	giveUp := time.Now().Add(r.cfg.Lease)
+	wait := 50 * time.Millisecond
+	for {
+		err := r.settle(ctx, items)
+		if err == nil {
+			return
+		}
+		r.metrics.SettleErrors.Inc()
+		if ctx.Err() != nil || time.Now().Add(wait).After(giveUp) {
+			r.log.Error("could not settle; the rows will be delivered again when their leases expire",
+				"num_rows", len(items), "err", err)
+			return
+		}
+		r.log.Warn("settle failed; retrying", "num_rows", len(items), "err", err, "retry_in", wait)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// settle writes the outcomes in one round trip (one implicit transaction):
+// delivered and duplicate rows to the archive, retried and released rows
+// back to the queue, failed rows to the dead letters. Every statement only
+// touches rows still under this relay's claim.
+func (r *Relay) settle(ctx context.Context, items []outcome) error {
+	var (
+		archive    archiveArgs
+		requeue    requeueArgs
+		deadLetter deadLetterArgs
+	)
+	for i := range items {
+		o := &items[i]
+		switch o.kind {
+		case kindDelivered, kindDuplicate:
+			archive.add(o)
+		case kindRetry, kindRelease:
+			requeue.add(o)
+		case kindDead:
+			deadLetter.add(o)
+		}
+	}
+
+	start := time.Now()
+	b := &pgx.Batch{}
+	if len(archive.ids) > 0 {
+		b.Queue(r.q.archive, archive.ids, archive.attempts, archive.duplicate, r.cfg.ID)
+	}
+	if len(requeue.ids) > 0 {
+		b.Queue(r.q.requeue, requeue.ids, requeue.attempts, requeue.delayMicros, requeue.errors, requeue.release, r.cfg.ID)
+	}
+	if len(deadLetter.ids) > 0 {
+		b.Queue(r.q.deadLetter, deadLetter.ids, deadLetter.attempts, deadLetter.reasons, deadLetter.errors, r.cfg.ID)
+	}
+	res := r.pool.SendBatch(ctx, b)
+	var archived, requeued, deadLettered int64
+	if len(archive.ids) > 0 {
+		if err := res.QueryRow().Scan(&archived); err != nil {
+			res.Close()
+			return fmt.Errorf("archive delivered rows: %w", err)
+		}
+	}
+	if len(requeue.ids) > 0 {
+		tag, err := res.Exec()
+		if err != nil {
+			res.Close()
+			return fmt.Errorf("requeue rows: %w", err)
+		}
+		requeued = tag.RowsAffected()
+	}
+	if len(deadLetter.ids) > 0 {
+		tag, err := res.Exec()
+		if err != nil {
+			res.Close()
+			return fmt.Errorf("dead-letter rows: %w", err)
+		}
+		deadLettered = tag.RowsAffected()
+	}
+	if err := res.Close(); err != nil {
+		return fmt.Errorf("settle: %w", err)
+	}
+	r.metrics.SettleDuration.Observe(time.Since(start).Seconds())
+
+	lost := int64(len(items)) - archived - requeued - deadLettered
+	if lost > 0 {
+		r.metrics.LeaseLost.Add(float64(lost))
+		r.log.Warn("rows were claimed by another relay before this one settled them; they will be delivered again",
+			"num_rows", lost, "lease", r.cfg.Lease)
+	}
+	r.count(items)
+	r.log.Debug("settled", "num_archived", archived, "num_requeued", requeued, "num_dead_lettered", deadLettered)
+	return nil
+}
+
+// count adds settled outcomes to outbox_relay_messages_total.
+func (r *Relay) count(items []outcome) {
+	type key struct {
+		sink    string
+		outcome string
+	}
+	counts := map[key]int{}
+	for i := range items {
+		counts[key{items[i].sink, outcomeLabel(items[i].kind)}]++
+	}
+	for k, n := range counts {
+		r.metrics.Messages.WithLabelValues(k.sink, k.outcome).Add(float64(n))
+	}
+}
+
+func outcomeLabel(k outcomeKind) string {
+	switch k {
+	case kindDelivered:
+		return outcomeDelivered
+	case kindDuplicate:
+		return outcomeDeduplicated
+	case kindRetry:
+		return outcomeRetried
+	case kindRelease:
+		return outcomeReleased
+	default:
+		return outcomeDeadLettered
+	}
+}
+
+func countBySink(items []outcome) map[string]int {
+	m := map[string]int{}
+	for i := range items {
+		m[items[i].sink]++
+	}
+	return m
+}
+
+// The settle statements take one array per column.
+
+type archiveArgs struct {
+	ids       []int64
+	attempts  []int32
+	duplicate []bool
+}
+
+func (a *archiveArgs) add(o *outcome) {
+	a.ids = append(a.ids, o.id)
+	a.attempts = append(a.attempts, int32(o.attempt))
+	a.duplicate = append(a.duplicate, o.kind == kindDuplicate)
+}
+
+type requeueArgs struct {
+	ids         []int64
+	attempts    []int32
+	delayMicros []int64
+	errors      []*string
+	release     []bool
+}
+
+func (a *requeueArgs) add(o *outcome) {
+	a.ids = append(a.ids, o.id)
+	a.attempts = append(a.attempts, int32(o.attempt))
+	a.delayMicros = append(a.delayMicros, o.delay.Microseconds())
+	if o.kind == kindRelease {
+		a.errors = append(a.errors, nil)
+	} else {
+		a.errors = append(a.errors, &o.err)
+	}
+	a.release = append(a.release, o.kind == kindRelease)
+}
+
+type deadLetterArgs struct {
+	ids      []int64
+	attempts []int32
+	reasons  []string
+	errors   []string
+}
+
+func (a *deadLetterArgs) add(o *outcome) {
+	a.ids = append(a.ids, o.id)
+	a.attempts = append(a.attempts, int32(o.attempt))
+	a.reasons = append(a.reasons, o.reason)
+	a.errors = append(a.errors, o.err)
+}

@@ -1,0 +1,274 @@
+// Package nats delivers outbox messages to NATS: to JetStream with an
+// acknowledgement per message (the default), or to core NATS with a flush.
+//
+// JetStream publishing is asynchronous: a batch is published without waiting,
+// then every PubAck is awaited, and only an acknowledged message counts as
+// delivered. Each message carries Nats-Msg-Id = its idempotency key, so the
+// stream drops a re-sent message within its duplicate window; a duplicate ack
+// counts as delivered. Row headers become NATS headers and the subject is
+// NATS_SUBJECT_PREFIX followed by the topic.
+//
+// A message the server can never take (larger than its max_payload or the
+// stream's max_msg_size, an invalid subject) is a permanent failure. The
+// connection reconnects forever; while it is down the sink reports itself
+// unavailable and in-flight messages fail as transient.
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/sinks"
+)
+
+// Defaults for Config.
+const (
+	AckTimeoutDefault = 5 * time.Second
+	MaxPendingDefault = 16384
+)
+
+// Config configures a Sink.
+type Config struct {
+	// URL is the NATS server URL (NATS_URL); several may be given separated
+	// by commas. Credentials may be embedded (nats://user:pass@host).
+	URL string
+	// JetStream publishes with acknowledgements (NATS_JETSTREAM, default
+	// true); false publishes to core NATS and flushes.
+	JetStream bool
+	// SubjectPrefix is prepended to every topic (NATS_SUBJECT_PREFIX).
+	SubjectPrefix string
+	// AckTimeout bounds the wait for one PubAck (NATS_ACK_TIMEOUT). Default
+	// AckTimeoutDefault.
+	AckTimeout time.Duration
+	// MaxPending bounds asynchronous publishes awaiting an ack. Default
+	// MaxPendingDefault.
+	MaxPending int
+	// ClientName is shown by the server for this connection.
+	ClientName string
+	// Logger receives connection events. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Sink publishes to NATS. It is safe for concurrent use.
+type Sink struct {
+	cfg Config
+	nc  *nats.Conn
+	js  jetstream.JetStream // nil for core NATS
+	log *slog.Logger
+}
+
+var _ sinks.Sink = (*Sink)(nil)
+
+// New connects to NATS and returns a sink. It does not wait for the server:
+// when none is reachable yet, the connection keeps trying in the background
+// and the sink reports itself unavailable until it succeeds.
+func New(cfg Config) (*Sink, error) {
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = AckTimeoutDefault
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = MaxPendingDefault
+	}
+	if cfg.ClientName == "" {
+		cfg.ClientName = "outbox-relay"
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("sink", "nats", "url", Redact(cfg.URL))
+	s := &Sink{cfg: cfg, log: log}
+
+	nc, err := nats.Connect(cfg.URL,
+		nats.Name(cfg.ClientName),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectJitter(250*time.Millisecond, time.Second),
+		nats.RetryOnFailedConnect(true),
+		nats.ConnectHandler(func(*nats.Conn) { log.Info("connected to NATS") }),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info("reconnected to NATS") }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("disconnected from NATS; reconnecting", "err", err)
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Warn("NATS error", "err", err)
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS %s: %w", Redact(cfg.URL), err)
+	}
+	s.nc = nc
+	if cfg.JetStream {
+		js, err := jetstream.New(nc,
+			jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
+			jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
+		)
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("open JetStream: %w", err)
+		}
+		s.js = js
+	}
+	return s, nil
+}
+
+// Deliver publishes msgs and reports one outcome per message.
+func (s *Sink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
+	errs := make([]error, len(msgs))
+	if !s.nc.IsConnected() {
+		return sinks.Fill(errs, errNotConnected)
+	}
+	if s.js == nil {
+		return s.deliverCore(ctx, msgs, errs)
+	}
+	return s.deliverJetStream(ctx, msgs, errs)
+}
+
+func (s *Sink) deliverJetStream(ctx context.Context, msgs []sinks.Message, errs []error) []error {
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i := range msgs {
+		m, err := s.natsMsg(&msgs[i])
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		m.Header.Set(jetstream.MsgIDHeader, msgs[i].IdempotencyKey)
+		f, err := s.js.PublishMsgAsync(m)
+		if err != nil {
+			errs[i] = classify(fmt.Errorf("publish: %w", err))
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = classify(fmt.Errorf("await ack: %w", err))
+		case <-ctx.Done():
+			// The ack may still come, but the lease no longer covers it:
+			// report this and every later message as not delivered.
+			for j := i; j < len(futures); j++ {
+				if futures[j] != nil {
+					errs[j] = fmt.Errorf("await ack: %w", ctx.Err())
+				}
+			}
+			return errs
+		}
+	}
+	return errs
+}
+
+func (s *Sink) deliverCore(ctx context.Context, msgs []sinks.Message, errs []error) []error {
+	published := false
+	for i := range msgs {
+		m, err := s.natsMsg(&msgs[i])
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if err := s.nc.PublishMsg(m); err != nil {
+			errs[i] = classify(fmt.Errorf("publish: %w", err))
+			continue
+		}
+		published = true
+	}
+	if !published {
+		return errs
+	}
+	if err := s.nc.FlushWithContext(ctx); err != nil {
+		err = fmt.Errorf("flush: %w", err)
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+	}
+	return errs
+}
+
+// natsMsg builds the NATS message for m, refusing what the server can never
+// accept.
+func (s *Sink) natsMsg(m *sinks.Message) (*nats.Msg, error) {
+	subject := s.cfg.SubjectPrefix + m.Topic
+	if err := ValidateSubject(subject); err != nil {
+		return nil, sinks.Permanent(err)
+	}
+	msg := &nats.Msg{Subject: subject, Data: m.Payload, Header: make(nats.Header, len(m.Headers)+1)}
+	for k, v := range m.Headers {
+		msg.Header[k] = []string{v}
+	}
+	if max := s.nc.MaxPayload(); max > 0 && int64(len(m.Payload)) > max {
+		return nil, sinks.Permanent(fmt.Errorf("payload of %d bytes exceeds the NATS server's max_payload of %d bytes", len(m.Payload), max))
+	}
+	return msg, nil
+}
+
+// Available reports whether the sink can deliver now: nil while connected.
+func (s *Sink) Available() error {
+	if !s.nc.IsConnected() {
+		return errNotConnected
+	}
+	return nil
+}
+
+// Conn returns the underlying connection, for checks such as whether a
+// stream captures the configured subjects.
+func (s *Sink) Conn() *nats.Conn { return s.nc }
+
+// Close flushes and closes the connection.
+func (s *Sink) Close() error {
+	if s.nc.IsConnected() {
+		_ = s.nc.FlushTimeout(time.Second)
+	}
+	s.nc.Close()
+	return nil
+}
+
+var errNotConnected = errors.New("not connected to NATS")
+
+// classify marks the errors no retry can fix as permanent.
+func classify(err error) error {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject), errors.Is(err, nats.ErrHeadersNotSupported):
+		return sinks.Permanent(err)
+	case errors.As(err, &apiErr) && permanentAPIErrors[apiErr.ErrorCode]:
+		return sinks.Permanent(err)
+	}
+	return err
+}
+
+// permanentAPIErrors are JetStream refusals of the message itself.
+var permanentAPIErrors = map[jetstream.ErrorCode]bool{
+	10054: true, // message size exceeds maximum allowed (the stream's max_msg_size)
+	10097: true, // header size exceeds maximum allowed
+}
+
+// Redact removes passwords and tokens from a NATS URL list, for logs.
+func Redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil {
+			parts[i] = "(unparsable URL)"
+			continue
+		}
+		if u.User != nil {
+			u.User = url.User("redacted")
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
+}
