@@ -14,6 +14,7 @@ import (
 var commands = []struct{ name, summary string }{
 	{"run", "run the relay until SIGTERM (the default)"},
 	{"migrate", "apply the migrations; --print prints their SQL instead"},
+	{"bench", "measure drain rate or latency against a scratch schema"},
 	{"version", "print the version"},
 	{"help", "print this help"},
 }

@@ -89,6 +89,8 @@ func command(name string) (commandFunc, error) {
 		return cmdMigrate, nil
 	case "version":
 		return cmdVersion, nil
+	case "bench":
+		return cmdBench, nil
 	case "help":
 		return cmdHelp, nil
 	}

@@ -33,10 +33,14 @@ func (r *Relay) claim(ctx context.Context, limit int, exclude []string) ([]claim
 		var (
 			c                claimed
 			key, destination *string
+			headers          []byte
 			wasRescued       bool
 		)
-		err := rows.Scan(&c.ID, &c.Topic, &c.Payload, &key, &c.Headers, &c.IdempotencyKey, &destination,
+		err := rows.Scan(&c.ID, &c.Topic, &c.Payload, &key, &headers, &c.IdempotencyKey, &destination,
 			&c.CreatedAt, &c.Attempt, &wasRescued, &c.duplicate)
+		if err == nil {
+			c.Headers, err = parseHeaders(headers)
+		}
 		if err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("claim batch: read row: %w", err)

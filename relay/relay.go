@@ -20,6 +20,11 @@ const settleGrace = 5 * time.Second
 // settlers is the number of concurrent settle round trips.
 const settlers = 2
 
+// claimers is the number of concurrent claim loops: while one waits for its
+// claim statement the other can run, which doubles the claim rate on a busy
+// database.
+const claimers = 2
+
 // Relay moves rows from the outbox table to their sinks. Create it with New
 // and run it with Run.
 type Relay struct {
@@ -82,7 +87,11 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	r.log.Info("relay started", "schema", r.cfg.Schema, "sinks", slices.Sorted(maps.Keys(r.cfg.Sinks)),
 		"default_sink", r.cfg.DefaultSink, "batch_size", r.cfg.BatchSize, "lease", r.cfg.Lease)
-	r.claimLoop(ctx, deliverCtx)
+	var claiming sync.WaitGroup
+	for range claimers {
+		claiming.Go(func() { r.claimLoop(ctx, deliverCtx) })
+	}
+	claiming.Wait()
 	r.draining.Store(true)
 
 	inFlight := r.inflight.total()

@@ -534,10 +534,10 @@ func TestRelay_GuardedSettleCannotArchiveARowTakenOver(t *testing.T) {
 	start(t, b, cfgA)
 	waitFor(t, 10*time.Second, "relay A to claim the row", func() bool { return slow.calls() > 0 })
 	// Let A's lease expire, then take the row over as relay B would.
-	b.db.Exec(t, `UPDATE %s.messages SET available_at = now(), leased_until = now() WHERE idempotency_key = 'contested'`)
+	b.db.Exec(t, `UPDATE %s.messages SET leased_until = now() WHERE idempotency_key = 'contested'`)
 	var tookOver int
 	err := b.db.Pool.QueryRow(context.Background(),
-		"UPDATE "+b.db.Table("messages")+" SET leased_by = 'relay-b', attempts = attempts + 1, available_at = now() + interval '1 hour' WHERE idempotency_key = 'contested' RETURNING attempts").Scan(&tookOver)
+		"UPDATE "+b.db.Table("messages")+" SET leased_by = 'relay-b', attempts = attempts + 1, leased_until = now() + interval '1 hour' WHERE idempotency_key = 'contested' RETURNING attempts").Scan(&tookOver)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -582,7 +582,7 @@ func TestRelay_ExpiredLeaseIsRescued(t *testing.T) {
 	// A relay that died holding a lease: the row is leased, due again at
 	// the lease's end.
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, attempts, leased_by, leased_until, available_at)
-	              VALUES ('events.a', 'x', 'orphan', 1, 'dead-relay', now() + interval '300 milliseconds', now() + interval '300 milliseconds')`)
+	              VALUES ('events.a', 'x', 'orphan', 1, 'dead-relay', now() + interval '300 milliseconds', now())`)
 	cfg := b.config(t)
 	start(t, b, cfg)
 	waitDrained(t, b.db, 10*time.Second)

@@ -10,16 +10,18 @@ import (
 // rendered once per Relay by renderQueries.
 
 // queryMessagesClaim leases up to $4 due rows, oldest first, skipping rows
-// other relays hold locked and rows whose sink is in $3 (unavailable or at
-// capacity). The lease moves available_at to its end, so leased rows leave
-// the due range and an expired lease makes the row due again (a rescue). It
-// returns, per row, whether it was rescued from an expired lease and whether
-// its idempotency key was already delivered.
+// other relays hold locked or leased and rows whose sink is in $3
+// (unavailable or at capacity). It writes no indexed column, so the update
+// is HOT. It returns, per row, whether the row was rescued from an expired
+// lease and whether its idempotency key was already delivered (a LIMIT 1
+// subquery, so that the planner probes the index per row instead of hashing
+// the whole key table).
 const queryMessagesClaim = `
 WITH due AS (
     SELECT id, leased_by
       FROM %[1]s.messages
      WHERE available_at <= now()
+       AND (leased_until IS NULL OR leased_until <= now())
        AND coalesce(destination, $2) <> ALL ($3::text[])
      ORDER BY available_at, id
      LIMIT $4
@@ -28,13 +30,12 @@ WITH due AS (
 UPDATE %[1]s.messages AS m
    SET attempts = m.attempts + 1,
        leased_by = $1,
-       leased_until = now() + $5::interval,
-       available_at = now() + $5::interval
+       leased_until = now() + $5::interval
   FROM due
  WHERE m.id = due.id
 RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
           m.created_at, m.attempts, due.leased_by IS NOT NULL,
-          EXISTS (SELECT 1 FROM %[1]s.delivered_keys AS k WHERE k.idempotency_key = m.idempotency_key)`
+          (SELECT true FROM %[1]s.delivered_keys AS k WHERE k.idempotency_key = m.idempotency_key LIMIT 1) IS NOT NULL`
 
 // queryMessagesArchive moves delivered rows (and rows skipped as duplicates)
 // still leased by this claim ($4 = relay id, attempts = the claim's) to the
@@ -56,7 +57,6 @@ WITH settled AS (
 ), recorded AS (
     INSERT INTO %[1]s.delivered_keys (idempotency_key, delivered_at)
     SELECT idempotency_key, now() FROM settled WHERE NOT duplicate
-    ON CONFLICT (idempotency_key) DO NOTHING
 )
 SELECT count(*) FROM settled`
 
@@ -106,10 +106,12 @@ DELETE FROM %[1]s.delivered_keys
 // gauges: rows due now, rows waiting for a retry and the oldest due time.
 const queryMessagesStats = `
 SELECT coalesce(destination, $1),
-       count(*) FILTER (WHERE available_at <= now()),
+       count(*) FILTER (WHERE due),
        count(*) FILTER (WHERE available_at > now() AND leased_by IS NULL AND attempts > 0),
-       coalesce(extract(epoch FROM now() - min(available_at) FILTER (WHERE available_at <= now())), 0)::float8
-  FROM %[1]s.messages
+       coalesce(extract(epoch FROM now() - min(available_at) FILTER (WHERE due)), 0)::float8
+  FROM (SELECT destination, available_at, leased_by, attempts,
+               available_at <= now() AND (leased_until IS NULL OR leased_until <= now()) AS due
+          FROM %[1]s.messages) AS m
  GROUP BY 1`
 
 // queryDeadLettersCount counts the dead letters.
