@@ -107,7 +107,7 @@ func (r *Relay) outcomeOf(m *sinks.Message, sink string, err error, shuttingDown
 		o.kind = kindDelivered
 	case sinks.IsPermanent(err):
 		o.kind, o.reason, o.err = kindDead, ReasonPermanent, errorText(err)
-	case shuttingDown && errors.Is(err, context.Canceled):
+	case errors.Is(err, sinks.ErrNotAttempted), shuttingDown && errors.Is(err, context.Canceled):
 		o.kind = kindRelease
 	case m.Attempt >= r.cfg.MaxAttempts:
 		o.kind, o.reason = kindDead, ReasonExhausted

@@ -5,6 +5,12 @@ import (
 	"time"
 )
 
+// ErrNotAttempted marks a message the sink did not try to deliver (it was
+// disconnected, paused, or out of time before starting the request): the
+// relay puts the row back at once without counting an attempt. Wrap it:
+// fmt.Errorf("%w: not connected", sinks.ErrNotAttempted).
+var ErrNotAttempted = errors.New("delivery not attempted")
+
 // Permanent marks err as a failure that retrying cannot fix (a message the
 // destination can never take): the relay dead-letters the row at once.
 func Permanent(err error) error {

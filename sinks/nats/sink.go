@@ -236,7 +236,7 @@ func (s *Sink) Close() error {
 	return nil
 }
 
-var errNotConnected = errors.New("not connected to NATS")
+var errNotConnected = fmt.Errorf("%w: not connected to NATS", sinks.ErrNotAttempted)
 
 // classify marks the errors no retry can fix as permanent.
 func classify(err error) error {
