@@ -59,7 +59,7 @@ func cmdRun(ctx context.Context, args, environ []string, stdout, stderr io.Write
 		return err
 	}
 
-	sinkMap, closeSinks, err := openSinks(c, log)
+	sinkMap, closeSinks, err := openSinks(ctx, c, log)
 	if err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func forever(d time.Duration) time.Duration {
 }
 
 // openSinks connects every configured sink.
-func openSinks(c config, log *slog.Logger) (map[string]sinks.Sink, func(), error) {
+func openSinks(ctx context.Context, c config, log *slog.Logger) (map[string]sinks.Sink, func(), error) {
 	m := map[string]sinks.Sink{}
 	var closers []func() error
 	closeAll := func() {
@@ -136,6 +136,12 @@ func openSinks(c config, log *slog.Logger) (map[string]sinks.Sink, func(), error
 		}
 		m["nats"] = s
 		closers = append(closers, s.Close)
+		if c.NatsStream != "" {
+			if err := s.EnsureStream(ctx, c.NatsStream, c.NatsSubjectPrefix); err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+		}
 	}
 	return m, closeAll, nil
 }

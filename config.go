@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,11 +45,14 @@ type config struct {
 	NatsURL           string        `env:"NATS_URL" doc:"NATS server URL(s), comma-separated; enables the nats sink. Credentials may be embedded (nats://user:pass@host:4222); they are never logged." allowed:"nats://, tls://, ws:// or wss:// URLs"`
 	NatsJetStream     bool          `env:"NATS_JETSTREAM" envDefault:"true" doc:"Publish to JetStream and wait for each PubAck. false: core NATS, publish and flush (no persistence, no dedup)." allowed:"true or false"`
 	NatsSubjectPrefix string        `env:"NATS_SUBJECT_PREFIX" doc:"Prepended to the topic to form the subject, like events. for events.orders.created." allowed:"empty, or subject tokens ending with a dot"`
+	NatsStream        string        `env:"NATS_STREAM" doc:"When set, create this JetStream stream at start, capturing NATS_SUBJECT_PREFIX + '>', unless it exists (existing streams are never changed). For quick starts; manage production streams yourself." allowed:"a stream name (letters, digits, - and _); needs NATS_SUBJECT_PREFIX"`
 	NatsAckTimeout    time.Duration `env:"NATS_ACK_TIMEOUT" envDefault:"5s" doc:"How long to wait for one JetStream PubAck before the message is retried." allowed:"a positive duration below RELAY_LEASE"`
 
 	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" doc:"Log level." allowed:"debug, info, warn or error"`
 	LogFormat string `env:"LOG_FORMAT" envDefault:"auto" doc:"Log format: auto is colored text on a terminal and JSON otherwise." allowed:"auto, text or json"`
 }
+
+var streamName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
 
 // configError is a configuration value that was refused.
 type configError struct {
@@ -186,6 +190,16 @@ func (c *config) validate() error {
 	}
 	if c.NatsSubjectPrefix != "" && (!strings.HasSuffix(c.NatsSubjectPrefix, ".") || strings.ContainsAny(c.NatsSubjectPrefix, " \t\r\n*>") || strings.Contains(c.NatsSubjectPrefix, "..") || strings.HasPrefix(c.NatsSubjectPrefix, ".")) {
 		return c.refuse("NATS_SUBJECT_PREFIX", "")
+	}
+	if c.NatsStream != "" {
+		switch {
+		case !streamName.MatchString(c.NatsStream):
+			return c.refuse("NATS_STREAM", "")
+		case c.NatsSubjectPrefix == "":
+			return c.refuse("NATS_STREAM", "NATS_SUBJECT_PREFIX is empty, and a stream capturing every subject would capture replies too")
+		case !c.NatsJetStream:
+			return c.refuse("NATS_STREAM", "NATS_JETSTREAM=false has no streams")
+		}
 	}
 	if c.NatsAckTimeout <= 0 {
 		return c.refuse("NATS_ACK_TIMEOUT", "not positive")

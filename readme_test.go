@@ -1,0 +1,51 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite generated README sections")
+
+// envTable renders the configuration reference as the README shows it.
+func envTable() string {
+	var b strings.Builder
+	b.WriteString("| variable | default | meaning |\n| --- | --- | --- |\n")
+	for _, v := range envReference() {
+		def := "unset"
+		if v.Default != "" {
+			def = "`" + v.Default + "`"
+		}
+		meaning := v.Doc + " Allowed: " + v.Allowed + "."
+		b.WriteString("| `" + v.Name + "` | " + def + " | " + strings.ReplaceAll(meaning, "|", `\|`) + " |\n")
+	}
+	return b.String()
+}
+
+func TestREADME_ConfigReference(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- config:begin", "<!-- config:end -->"
+	s := string(readme)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		t.Fatalf("README.md has no %s … %s section", begin, end)
+	}
+	section := s[i:j]
+	section = section[strings.Index(section, "-->")+len("-->\n"):]
+	want := envTable()
+	if *update {
+		start := i + strings.Index(s[i:], "-->") + len("-->\n")
+		if err := os.WriteFile("README.md", []byte(s[:start]+want+s[j:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if section != want {
+		t.Errorf("README's configuration reference is out of step with config.go; run go test -run TestREADME_ConfigReference -update . to regenerate it from the struct tags")
+	}
+}
