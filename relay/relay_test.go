@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/testdb"
 	"github.com/outbox-relay/outbox-relay/internal/testnats"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -100,101 +101,6 @@ func startOn(t *testing.T, pool *pgxpool.Pool, cfg relay.Config) (stop func()) {
 	return stop
 }
 
-// insertRows inserts n rows with plain SQL: binary-safe payloads that differ
-// per row, headers, every fourth row keyed.
-func insertRows(t *testing.T, db *testdb.Schema, n int, topic string) {
-	t.Helper()
-	db.Exec(t, `
-INSERT INTO %s.messages (topic, payload, key, headers)
-SELECT $1,
-       '\x00ff'::bytea || convert_to(json_build_object('seq', i, 'pad', repeat(chr(97 + i % 26), 200))::text, 'UTF8'),
-       CASE WHEN i % 4 = 0 THEN 'order-' || (i % 100) END,
-       jsonb_build_object('content-type', 'application/json', 'trace-id', 'trace-' || i)
-  FROM generate_series(1, $2) AS i`, topic, n)
-}
-
-// archived returns what the archive holds, by idempotency key.
-type archivedRow struct {
-	payload   []byte
-	headers   map[string]string
-	duplicate bool
-}
-
-func archived(t *testing.T, db *testdb.Schema) map[string]archivedRow {
-	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), "SELECT idempotency_key, payload, headers, duplicate FROM "+db.Table("archive"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]archivedRow{}
-	for rows.Next() {
-		var key string
-		var r archivedRow
-		if err := rows.Scan(&key, &r.payload, &r.headers, &r.duplicate); err != nil {
-			t.Fatal(err)
-		}
-		if _, dup := out[key]; dup && !r.duplicate {
-			t.Errorf("idempotency key %s archived twice", key)
-		}
-		out[key] = r
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// assertStreamMatchesArchive checks that the stream holds exactly one
-// message per archived (non-duplicate) row, byte for byte, with its headers.
-func assertStreamMatchesArchive(t *testing.T, b *bundle, want int) {
-	t.Helper()
-	arch := archived(t, b.db)
-	msgs := b.nats.Messages(t, stream)
-	if len(msgs) != want {
-		t.Fatalf("stream holds %d messages, want %d", len(msgs), want)
-	}
-	seen := map[string]bool{}
-	for _, m := range msgs {
-		id := m.Header.Get(nats.MsgIdHdr)
-		if seen[id] {
-			t.Fatalf("message %s is twice in the stream", id)
-		}
-		seen[id] = true
-		row, ok := arch[id]
-		if !ok {
-			t.Fatalf("stream message %s is not in the archive", id)
-		}
-		if !bytes.Equal(m.Data, row.payload) {
-			t.Fatalf("message %s payload = %q, want %q", id, m.Data, row.payload)
-		}
-		for k, v := range row.headers {
-			if got := m.Header.Get(k); got != v {
-				t.Fatalf("message %s header %s = %q, want %q", id, k, got, v)
-			}
-		}
-	}
-	if len(arch) != want {
-		t.Fatalf("archive holds %d rows, want %d", len(arch), want)
-	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func waitDrained(t *testing.T, db *testdb.Schema, timeout time.Duration) {
-	t.Helper()
-	waitFor(t, timeout, "the hot table to empty", func() bool { return db.Count(t, "messages") == 0 })
-}
-
 func testLogger(t *testing.T) *slog.Logger {
 	level := slog.LevelWarn
 	if os.Getenv("TEST_LOG") != "" {
@@ -215,13 +121,13 @@ func TestRelay_DeliversPlainSQLRowsOnceByteForByte(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const n = 10000
-	insertRows(t, b.db, n, "events.orders.created")
+	relaytest.InsertRows(t, b.db, n, "events.orders.created")
 	cfg := b.config(t)
 	start(t, b, cfg)
 
-	waitDrained(t, b.db, 60*time.Second)
-	waitFor(t, 10*time.Second, "all messages in the stream", func() bool { return b.nats.Count(t, stream) >= n })
-	assertStreamMatchesArchive(t, b, n)
+	relaytest.WaitDrained(t, b.db, 60*time.Second)
+	relaytest.WaitFor(t, 10*time.Second, "all messages in the stream", func() bool { return b.nats.Count(t, stream) >= n })
+	relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, n)
 	if got := b.db.Count(t, "delivered_keys"); got != n {
 		t.Errorf("delivered_keys holds %d keys, want %d", got, n)
 	}
@@ -252,7 +158,7 @@ func TestRelay_TwoRelaysShareATableWithoutDuplicates(t *testing.T) {
 	}
 
 	const n = 10000
-	insertRows(t, b.db, n, "events.orders.created")
+	relaytest.InsertRows(t, b.db, n, "events.orders.created")
 	cfgA, cfgB := b.config(t), b.config(t)
 	cfgA.ID, cfgB.ID = "relay-a", "relay-b"
 	cfgA.BatchSize, cfgB.BatchSize = 200, 200
@@ -260,8 +166,8 @@ func TestRelay_TwoRelaysShareATableWithoutDuplicates(t *testing.T) {
 	start(t, b, cfgA)
 	start(t, b, cfgB)
 
-	waitDrained(t, b.db, 60*time.Second)
-	waitFor(t, 10*time.Second, "every publish to reach the subscriber", func() bool {
+	relaytest.WaitDrained(t, b.db, 60*time.Second)
+	relaytest.WaitFor(t, 10*time.Second, "every publish to reach the subscriber", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(published) >= n
@@ -273,7 +179,7 @@ func TestRelay_TwoRelaysShareATableWithoutDuplicates(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	assertStreamMatchesArchive(t, b, n)
+	relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, n)
 	a := testutil.ToFloat64(cfgA.Metrics.Messages.WithLabelValues("nats", "delivered"))
 	c := testutil.ToFloat64(cfgB.Metrics.Messages.WithLabelValues("nats", "delivered"))
 	if a+c != n || a == 0 || c == 0 {
@@ -289,11 +195,11 @@ func TestRelay_NATSOutageLosesNothing(t *testing.T) {
 	cfg.BatchSize = 100
 	start(t, b, cfg)
 
-	insertRows(t, b.db, n/2, "events.orders.created")
-	waitFor(t, 30*time.Second, "some deliveries", func() bool { return b.db.Count(t, "archive") > 0 })
+	relaytest.InsertRows(t, b.db, n/2, "events.orders.created")
+	relaytest.WaitFor(t, 30*time.Second, "some deliveries", func() bool { return b.db.Count(t, "archive") > 0 })
 	b.nats.Stop()
-	insertRows(t, b.db, n/2, "events.orders.created")
-	waitFor(t, 10*time.Second, "the relay to see the sink as unavailable", func() bool {
+	relaytest.InsertRows(t, b.db, n/2, "events.orders.created")
+	relaytest.WaitFor(t, 10*time.Second, "the relay to see the sink as unavailable", func() bool {
 		return testutil.ToFloat64(cfg.Metrics.SinkAvailable.WithLabelValues("nats")) == 0
 	})
 	if left := b.db.Count(t, "messages"); left == 0 {
@@ -301,8 +207,8 @@ func TestRelay_NATSOutageLosesNothing(t *testing.T) {
 	}
 	b.nats.Restart()
 
-	waitDrained(t, b.db, 60*time.Second)
-	assertStreamMatchesArchive(t, b, n)
+	relaytest.WaitDrained(t, b.db, 60*time.Second)
+	relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, n)
 	if got := b.db.Count(t, "dead_letters"); got != 0 {
 		t.Errorf("%d rows were dead-lettered", got)
 	}
@@ -317,7 +223,7 @@ func TestRelay_TerminatedBackendsReconnectAndLoseNothing(t *testing.T) {
 	cfg.Lease = 3 * time.Second
 	relayApp := "relay-" + b.db.Name
 	startOn(t, b.db.NewPool(t, relayApp), cfg)
-	insertRows(t, b.db, n, "events.orders.created")
+	relaytest.InsertRows(t, b.db, n, "events.orders.created")
 
 	admin := b.db.Conn(t)
 	terminated := 0
@@ -335,22 +241,22 @@ func TestRelay_TerminatedBackendsReconnectAndLoseNothing(t *testing.T) {
 	if terminated == 0 {
 		t.Fatal("no relay backend was terminated; the test proves nothing")
 	}
-	waitDrained(t, b.db, 60*time.Second)
-	assertStreamMatchesArchive(t, b, n)
+	relaytest.WaitDrained(t, b.db, 60*time.Second)
+	relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, n)
 }
 
 func TestRelay_PoisonMessageIsDeadLetteredWhileTheRestFlow(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *server.Options) { o.MaxPayload = 64 * 1024 })
-	insertRows(t, b.db, 100, "events.orders.created")
+	relaytest.InsertRows(t, b.db, 100, "events.orders.created")
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.big', convert_to(repeat('x', 100000), 'UTF8'), 'too-big')`)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.*', 'x', 'wildcard')`)
-	insertRows(t, b.db, 100, "events.orders.created")
+	relaytest.InsertRows(t, b.db, 100, "events.orders.created")
 	cfg := b.config(t)
 	start(t, b, cfg)
 
-	waitDrained(t, b.db, 30*time.Second)
-	assertStreamMatchesArchive(t, b, 200)
+	relaytest.WaitDrained(t, b.db, 30*time.Second)
+	relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, 200)
 	rows, err := b.db.Pool.Query(context.Background(), "SELECT idempotency_key, reason, error, attempts FROM "+b.db.Table("dead_letters")+" ORDER BY idempotency_key")
 	if err != nil {
 		t.Fatal(err)
@@ -391,10 +297,10 @@ func TestRelay_DeliveredKeyIsArchivedAsDuplicateWithoutSending(t *testing.T) {
 	cfg := b.config(t)
 	start(t, b, cfg)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.a', 'first', 'key-1')`)
-	waitDrained(t, b.db, 10*time.Second)
+	relaytest.WaitDrained(t, b.db, 10*time.Second)
 	// The producer sends the same logical event again after delivery.
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.a', 'again', 'key-1')`)
-	waitDrained(t, b.db, 10*time.Second)
+	relaytest.WaitDrained(t, b.db, 10*time.Second)
 
 	if got := b.nats.Count(t, stream); got != 1 {
 		t.Errorf("stream holds %d messages, want 1", got)
@@ -419,7 +325,7 @@ func TestRelay_TransientFailuresRetryWithBackoffThenDeliver(t *testing.T) {
 	// No stream captures other.>: JetStream has no responder, a transient
 	// failure (an operator may still create the stream).
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload) VALUES ('other.thing', 'later')`)
-	waitFor(t, 20*time.Second, "a retry", func() bool {
+	relaytest.WaitFor(t, 20*time.Second, "a retry", func() bool {
 		return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("nats", "retried")) >= 1
 	})
 	var attempts int
@@ -433,7 +339,7 @@ func TestRelay_TransientFailuresRetryWithBackoffThenDeliver(t *testing.T) {
 		t.Errorf("after a failed delivery: attempts %d, last_error %q", attempts, lastError)
 	}
 	b.nats.CreateStream(t, "OTHER", "other.>")
-	waitDrained(t, b.db, 20*time.Second)
+	relaytest.WaitDrained(t, b.db, 20*time.Second)
 	if got := b.nats.Count(t, "OTHER"); got != 1 {
 		t.Errorf("OTHER holds %d messages, want 1", got)
 	}
@@ -447,7 +353,7 @@ func TestRelay_ExhaustedAttemptsGoToDeadLetters(t *testing.T) {
 	cfg.BackoffMin, cfg.BackoffMax = 10*time.Millisecond, 10*time.Millisecond
 	start(t, b, cfg)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('nowhere.at.all', 'x', 'doomed')`)
-	waitDrained(t, b.db, 30*time.Second)
+	relaytest.WaitDrained(t, b.db, 30*time.Second)
 	var reason, errText string
 	var attempts int
 	err := b.db.Pool.QueryRow(context.Background(), "SELECT reason, error, attempts FROM "+b.db.Table("dead_letters")+" WHERE idempotency_key = 'doomed'").Scan(&reason, &errText, &attempts)
@@ -466,7 +372,7 @@ func TestRelay_UnknownDestinationIsDeadLettered(t *testing.T) {
 	start(t, b, cfg)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, destination) VALUES ('events.a', 'x', 'kafka')`)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, destination) VALUES ('events.b', 'y', 'nats')`)
-	waitDrained(t, b.db, 10*time.Second)
+	relaytest.WaitDrained(t, b.db, 10*time.Second)
 	var reason, errText string
 	if err := b.db.Pool.QueryRow(context.Background(), "SELECT reason, error FROM "+b.db.Table("dead_letters")).Scan(&reason, &errText); err != nil {
 		t.Fatal(err)
@@ -499,7 +405,7 @@ func TestRelay_ShutdownReleasesUnfinishedDeliveries(t *testing.T) {
 	cfg.Sinks = map[string]sinks.Sink{"nats": sink}
 	cfg.DrainTimeout = 200 * time.Millisecond
 	stop := start(t, b, cfg)
-	insertRows(t, b.db, 50, "events.a")
+	relaytest.InsertRows(t, b.db, 50, "events.a")
 	<-sink.started
 	began := time.Now()
 	stop()
@@ -532,7 +438,7 @@ func TestRelay_GuardedSettleCannotArchiveARowTakenOver(t *testing.T) {
 	cfgA.Sinks = map[string]sinks.Sink{"nats": slow}
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.a', 'x', 'contested')`)
 	start(t, b, cfgA)
-	waitFor(t, 10*time.Second, "relay A to claim the row", func() bool { return slow.calls() > 0 })
+	relaytest.WaitFor(t, 10*time.Second, "relay A to claim the row", func() bool { return slow.calls() > 0 })
 	// Let A's lease expire, then take the row over as relay B would.
 	b.db.Exec(t, `UPDATE %s.messages SET leased_until = now() WHERE idempotency_key = 'contested'`)
 	var tookOver int
@@ -542,7 +448,7 @@ func TestRelay_GuardedSettleCannotArchiveARowTakenOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(slow.release)
-	waitFor(t, 10*time.Second, "relay A to settle", func() bool {
+	relaytest.WaitFor(t, 10*time.Second, "relay A to settle", func() bool {
 		return testutil.ToFloat64(cfgA.Metrics.LeaseLost) >= 1
 	})
 	var leasedBy string
@@ -585,11 +491,11 @@ func TestRelay_ExpiredLeaseIsRescued(t *testing.T) {
 	              VALUES ('events.a', 'x', 'orphan', 1, 'dead-relay', now() + interval '300 milliseconds', now())`)
 	cfg := b.config(t)
 	start(t, b, cfg)
-	waitDrained(t, b.db, 10*time.Second)
+	relaytest.WaitDrained(t, b.db, 10*time.Second)
 	if got := testutil.ToFloat64(cfg.Metrics.LeaseRescues); got != 1 {
 		t.Errorf("lease rescues = %v, want 1", got)
 	}
-	assertStreamMatchesArchive(t, b, 1)
+	relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, 1)
 }
 
 func TestRelay_DelayedMessageWaitsForAvailableAt(t *testing.T) {
@@ -598,7 +504,7 @@ func TestRelay_DelayedMessageWaitsForAvailableAt(t *testing.T) {
 	cfg := b.config(t)
 	start(t, b, cfg)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, available_at) VALUES ('events.later', 'x', now() + interval '1 second')`)
-	waitDrained(t, b.db, 10*time.Second)
+	relaytest.WaitDrained(t, b.db, 10*time.Second)
 	var early bool
 	if err := b.db.Pool.QueryRow(context.Background(), "SELECT delivered_at < created_at + interval '1 second' FROM "+b.db.Table("archive")).Scan(&early); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,119 @@
+// Package relaytest holds what the relay's end-to-end tests share: rows
+// written with plain SQL, and the check that a stream holds exactly what the
+// archive says was delivered, byte for byte.
+package relaytest
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/internal/testnats"
+)
+
+// InsertRows inserts n rows into db's outbox with plain SQL: payloads that
+// differ per row and include non-UTF-8 bytes, two headers, every fourth row
+// keyed.
+func InsertRows(t testing.TB, db *testdb.Schema, n int, topic string) {
+	t.Helper()
+	db.Exec(t, `
+INSERT INTO %s.messages (topic, payload, key, headers)
+SELECT $1,
+       '\x00ff'::bytea || convert_to(json_build_object('seq', i, 'pad', repeat(chr(97 + i % 26), 200))::text, 'UTF8'),
+       CASE WHEN i % 4 = 0 THEN 'order-' || (i % 100) END,
+       jsonb_build_object('content-type', 'application/json', 'traceparent', '00-' || lpad(to_hex(i), 32, '0') || '-00f067aa0ba902b7-01')
+  FROM generate_series(1, $2) AS i`, topic, n)
+}
+
+// Archived is a row of the archive.
+type Archived struct {
+	Payload   []byte
+	Headers   map[string]string
+	Duplicate bool
+}
+
+// Archive returns the archive by idempotency key, failing t when a key was
+// archived twice as delivered.
+func Archive(t testing.TB, db *testdb.Schema) map[string]Archived {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), "SELECT idempotency_key, payload, headers, duplicate FROM "+db.Table("archive"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]Archived{}
+	for rows.Next() {
+		var key string
+		var a Archived
+		if err := rows.Scan(&key, &a.Payload, &a.Headers, &a.Duplicate); err != nil {
+			t.Fatal(err)
+		}
+		if prev, dup := out[key]; dup && !prev.Duplicate && !a.Duplicate {
+			t.Errorf("idempotency key %s archived twice as delivered", key)
+		}
+		if !a.Duplicate {
+			out[key] = a
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// AssertStreamMatchesArchive checks that stream holds exactly want messages,
+// one per delivered row of the archive, each with the row's payload byte for
+// byte, its headers and Nats-Msg-Id = its idempotency key.
+func AssertStreamMatchesArchive(t testing.TB, db *testdb.Schema, srv *testnats.Server, stream string, want int) {
+	t.Helper()
+	arch := Archive(t, db)
+	if len(arch) != want {
+		t.Fatalf("archive holds %d delivered rows, want %d", len(arch), want)
+	}
+	msgs := srv.Messages(t, stream)
+	if len(msgs) != want {
+		t.Fatalf("stream %s holds %d messages, want %d", stream, len(msgs), want)
+	}
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		id := m.Header.Get(nats.MsgIdHdr)
+		if seen[id] {
+			t.Fatalf("message %s is twice in the stream", id)
+		}
+		seen[id] = true
+		row, ok := arch[id]
+		if !ok {
+			t.Fatalf("stream message %s is not in the archive", id)
+		}
+		if !bytes.Equal(m.Data, row.Payload) {
+			t.Fatalf("message %s payload = %q, want %q", id, m.Data, row.Payload)
+		}
+		for k, v := range row.Headers {
+			if got := m.Header.Get(k); got != v {
+				t.Fatalf("message %s header %s = %q, want %q", id, k, got, v)
+			}
+		}
+	}
+}
+
+// WaitFor polls cond every 20ms until it holds, failing t after timeout.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// WaitDrained waits for db's hot table to empty.
+func WaitDrained(t testing.TB, db *testdb.Schema, timeout time.Duration) {
+	t.Helper()
+	WaitFor(t, timeout, "the hot table to empty", func() bool { return db.Count(t, "messages") == 0 })
+}

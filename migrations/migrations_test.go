@@ -1,0 +1,89 @@
+package migrations_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/migrations"
+)
+
+func TestValidateSchema(t *testing.T) {
+	for _, ok := range []string{"outbox", "_x", "a1_b2", strings.Repeat("a", 63)} {
+		if err := migrations.ValidateSchema(ok); err != nil {
+			t.Errorf("ValidateSchema(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "1a", "Outbox", "bad;drop", `a"b`, "a b", "a-b", strings.Repeat("a", 64)} {
+		if err := migrations.ValidateSchema(bad); err == nil {
+			t.Errorf("ValidateSchema(%q) accepted", bad)
+		}
+	}
+}
+
+func TestApply_ConcurrentReplicasApplyOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewEmpty(t)
+	ctx := context.Background()
+	const replicas = 6
+	applied := make([]int, replicas)
+	errs := make([]error, replicas)
+	var wg sync.WaitGroup
+	for i := range replicas {
+		conn := db.Conn(t)
+		wg.Go(func() { applied[i], errs[i] = migrations.Apply(ctx, conn, db.Name) })
+	}
+	wg.Wait()
+	total := 0
+	for i := range replicas {
+		if errs[i] != nil {
+			t.Fatalf("replica %d: %v", i, errs[i])
+		}
+		total += applied[i]
+	}
+	if total != int(migrations.Latest()) {
+		t.Errorf("replicas applied %d migrations in all, want %d (each once)", total, migrations.Latest())
+	}
+	v, err := migrations.CurrentVersion(ctx, db.Conn(t), db.Name)
+	if err != nil || v != migrations.Latest() {
+		t.Errorf("CurrentVersion = %d, %v; want %d", v, err, migrations.Latest())
+	}
+	if n := db.Count(t, "messages"); n != 0 {
+		t.Errorf("messages holds %d rows", n)
+	}
+}
+
+func TestRender_IsWhatApplyWouldDo(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewEmpty(t)
+	ctx := context.Background()
+	sql, err := migrations.Render(db.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(sql, "{{") || !strings.Contains(sql, `"`+db.Name+`".messages`) {
+		t.Fatalf("rendered SQL is not qualified with the schema:\n%s", sql)
+	}
+	conn := db.Conn(t)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("apply rendered SQL: %v", err)
+	}
+	n, err := migrations.Apply(ctx, conn, db.Name)
+	if err != nil || n != 0 {
+		t.Errorf("Apply after the printed SQL = %d, %v; want 0 migrations left", n, err)
+	}
+	if v, _ := migrations.CurrentVersion(ctx, conn, db.Name); v != migrations.Latest() {
+		t.Errorf("version after the printed SQL = %d, want %d", v, migrations.Latest())
+	}
+}
+
+func TestCurrentVersion_IsZeroOnAnEmptySchema(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewEmpty(t)
+	v, err := migrations.CurrentVersion(context.Background(), db.Conn(t), db.Name)
+	if err != nil || v != 0 {
+		t.Errorf("CurrentVersion = %d, %v; want 0, nil", v, err)
+	}
+}
