@@ -3,12 +3,17 @@ package admin_test
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/relay/admin"
+	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
 // Rows are written with plain SQL, as the relay would have left them. The
@@ -109,3 +114,63 @@ func TestOperations_RequireAFilterOrAll(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// startRelay runs a relay on db's schema until the test ends, with
+// test-friendly timings where cfg leaves them zero.
+func startRelay(t *testing.T, db *testdb.Schema, cfg relay.Config) {
+	t.Helper()
+	cfg.Schema = db.Name
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 10 * time.Millisecond
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = time.Second
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	r, err := relay.New(db.Pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	})
+}
+
+// recordingSink delivers by remembering the idempotency keys it was given.
+type recordingSink struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (s *recordingSink) Deliver(_ context.Context, msgs []sinks.Message) []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range msgs {
+		s.keys = append(s.keys, m.IdempotencyKey)
+	}
+	return make([]error, len(msgs))
+}
+
+func (s *recordingSink) sent() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(slices.Values(s.keys))
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
