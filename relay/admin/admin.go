@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
@@ -35,6 +36,11 @@ import (
 type DB interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
+
+var (
+	_ DB = (*pgxpool.Pool)(nil)
+	_ DB = (*pgx.Conn)(nil)
+)
 
 // ErrNoFilter is returned by operations that move or delete rows when no
 // filter selects them and All is not set: selecting everything must be

@@ -234,8 +234,9 @@ SELECT (SELECT count(*) FROM matched),
   FROM judged`
 
 // queryArchiveReplayDry is queryArchiveReplay's judgement without the
-// insert, for dry runs; $8 is unused. It also counts the delivered keys
-// that a replay with original keys would delete.
+// insert, for dry runs, with the same results: the rows that would be
+// inserted, and the delivered keys that would be deleted (none when $8, new
+// keys, is true).
 const queryArchiveReplayDry = archiveReplayJudge + `
 SELECT (SELECT count(*) FROM matched),
        count(*),
