@@ -14,6 +14,10 @@ import (
 var commands = []struct{ name, summary string }{
 	{"run", "run the relay until SIGTERM (the default)"},
 	{"migrate", "apply the migrations; --print prints their SQL instead"},
+	{"status", "show the backlog, rows in flight, dead letters and table sizes"},
+	{"dead", "list, retry or purge dead letters: dead list|retry|purge"},
+	{"replay", "send delivered (archived) rows again"},
+	{"cancel", "move pending rows of a key or topic to the dead letters"},
 	{"bench", "measure drain rate or latency against a scratch schema"},
 	{"version", "print the version"},
 	{"help", "print this help"},

@@ -91,6 +91,14 @@ func command(name string) (commandFunc, error) {
 		return cmdVersion, nil
 	case "bench":
 		return cmdBench, nil
+	case "status":
+		return cmdStatus, nil
+	case "dead":
+		return cmdDead, nil
+	case "replay":
+		return cmdReplay, nil
+	case "cancel":
+		return cmdCancel, nil
 	case "help":
 		return cmdHelp, nil
 	}

@@ -1,0 +1,74 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/relay"
+)
+
+// CancelError is the error text of a cancelled row in the dead letters.
+const CancelError = "cancelled by operator"
+
+// CancelOptions selects pending rows to cancel; Key or Topic is required,
+// and when both are set a row must match both.
+type CancelOptions struct {
+	// Key is the ordering key, matched exactly.
+	Key string
+	// Topic is matched exactly, or as a LIKE pattern when it contains %.
+	Topic string
+	// DryRun counts what would be cancelled and changes nothing.
+	DryRun bool
+}
+
+// CancelResult says what Cancel did, or would do in a dry run.
+type CancelResult struct {
+	DryRun  bool  `json:"dry_run"`
+	Matched int64 `json:"matched"`
+	// Cancelled rows moved to the dead letters (reason cancelled).
+	Cancelled int64 `json:"cancelled"`
+	// InFlight rows were left alone: a relay holds them under a running
+	// lease (or was committing its claim) and may be delivering them right
+	// now. Cancel again after RELAY_LEASE; a row delivered meanwhile is in
+	// the archive instead.
+	InFlight int64 `json:"in_flight"`
+}
+
+// Cancel moves the pending rows opts selects from the hot table to the
+// dead letters, with reason relay.ReasonCancelled and error CancelError,
+// keeping their id, attempts and created_at. Rows in flight are left
+// alone; a relay whose lease had expired and that settles a cancelled row
+// late finds it gone, and its settle does nothing. RetryDead with Reason
+// "cancelled" undoes a cancel.
+func Cancel(ctx context.Context, db DB, schema string, opts CancelOptions) (CancelResult, error) {
+	res := CancelResult{DryRun: opts.DryRun}
+	if err := checkSchema(schema); err != nil {
+		return res, err
+	}
+	if opts.Key == "" && opts.Topic == "" {
+		return res, fmt.Errorf("cancel: %w (name a key or a topic)", ErrNoFilter)
+	}
+	topic, topicPattern := topicParams(opts.Topic)
+	args := []any{nullString(opts.Key), topic, topicPattern}
+	err := inTx(ctx, db, mutation(opts.DryRun), func(tx pgx.Tx) error {
+		if opts.DryRun {
+			if err := tx.QueryRow(ctx, render(queryMessagesCancelDry, schema), args...).Scan(&res.Matched, &res.InFlight); err != nil {
+				return fmt.Errorf("count rows to cancel: %w", err)
+			}
+			res.Cancelled = res.Matched - res.InFlight
+			return nil
+		}
+		args = append(args, relay.ReasonCancelled, CancelError)
+		if err := tx.QueryRow(ctx, render(queryMessagesCancel, schema), args...).Scan(&res.Matched, &res.Cancelled); err != nil {
+			return fmt.Errorf("cancel rows: %w", err)
+		}
+		res.InFlight = res.Matched - res.Cancelled
+		return nil
+	})
+	if err != nil {
+		return CancelResult{DryRun: opts.DryRun}, err
+	}
+	return res, nil
+}

@@ -1,0 +1,169 @@
+package admin_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/admin"
+	"github.com/outbox-relay/outbox-relay/sinks"
+)
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	// order-1: one due row, one in backoff, one delayed, one in flight,
+	// one whose lease expired. order-2: one due row.
+	db.Exec(t, `
+INSERT INTO %s.messages (topic, payload, key, idempotency_key, available_at, attempts, leased_by, leased_until) VALUES
+    ('orders.created', 'x', 'order-1', 'due',      now(),                        0, NULL,      NULL),
+    ('orders.created', 'x', 'order-1', 'backoff',  now() + interval '1 minute',  2, NULL,      NULL),
+    ('orders.updated', 'x', 'order-1', 'delayed',  now() + interval '1 hour',    0, NULL,      NULL),
+    ('orders.updated', 'x', 'order-1', 'inflight', now(),                        1, 'relay-1', now() + interval '1 hour'),
+    ('orders.updated', 'x', 'order-1', 'expired',  now(),                        1, 'relay-1', now() - interval '1 second'),
+    ('orders.created', 'x', 'order-2', 'other',    now(),                        0, NULL,      NULL)`)
+
+	opts := admin.CancelOptions{Key: "order-1", DryRun: true}
+	dry, err := admin.Cancel(ctx, db.Pool, db.Name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := admin.CancelResult{DryRun: true, Matched: 5, Cancelled: 4, InFlight: 1}
+	if dry != want {
+		t.Errorf("dry run: %+v, want %+v", dry, want)
+	}
+	if db.Count(t, "messages") != 6 || db.Count(t, "dead_letters") != 0 {
+		t.Fatal("the dry run changed the tables")
+	}
+
+	opts.DryRun = false
+	res, err := admin.Cancel(ctx, db.Pool, db.Name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.DryRun = false
+	if res != want {
+		t.Errorf("cancel: %+v, want %+v", res, want)
+	}
+	if got := column(t, db, "messages", "idempotency_key"); !slices.Equal(got, []string{"inflight", "other"}) {
+		t.Errorf("hot table keeps %v, want the row in flight and the other key's", got)
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+db.Table("dead_letters")+`
+	   WHERE reason = 'cancelled' AND error = 'cancelled by operator' AND key = 'order-1'
+	     AND attempts = CASE idempotency_key WHEN 'backoff' THEN 2 WHEN 'expired' THEN 1 ELSE 0 END`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 4 {
+		t.Errorf("%d of 4 dead letters have reason cancelled, the operator's error and their attempts", n)
+	}
+
+	// A topic pattern; both filters must match.
+	res, err = admin.Cancel(ctx, db.Pool, db.Name, admin.CancelOptions{Topic: "orders.%", Key: "order-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Matched != 1 || res.Cancelled != 1 {
+		t.Errorf("cancel by topic pattern and key: %+v", res)
+	}
+
+	// Retrying the cancelled dead letters undoes the cancel.
+	retry, err := admin.RetryDead(ctx, db.Pool, db.Name, admin.RetryDeadOptions{DeadFilter: admin.DeadFilter{Reason: relay.ReasonCancelled}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if retry.Retried != 5 || db.Count(t, "dead_letters") != 0 {
+		t.Errorf("retry of cancelled rows: %+v, %d dead letters left", retry, db.Count(t, "dead_letters"))
+	}
+}
+
+// heldSink holds deliveries until release is closed, then reports them
+// delivered. Once a delivery has started it says it is unavailable, so the
+// relay claims nothing more.
+type heldSink struct {
+	release chan struct{}
+	mu      sync.Mutex
+	started bool
+}
+
+func (s *heldSink) Deliver(_ context.Context, msgs []sinks.Message) []error {
+	s.mu.Lock()
+	s.started = true
+	s.mu.Unlock()
+	<-s.release
+	return make([]error, len(msgs))
+}
+
+func (s *heldSink) Available() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("busy")
+	}
+	return nil
+}
+
+func (s *heldSink) hasStarted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
+}
+
+// A relay that stalls past its lease and then settles a row an operator
+// cancelled meanwhile finds it gone: the row stays cancelled, and nothing is
+// archived or recorded as delivered.
+func TestCancel_LateSettleIsANoOp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	insertPending(t, db, "orders.created", "order-1", "k1")
+
+	sink := &heldSink{release: make(chan struct{})}
+	metrics := relay.NewMetrics()
+	startRelay(t, db, relay.Config{
+		ID:      "relay-1",
+		Sinks:   map[string]sinks.Sink{"nats": sink},
+		Lease:   2 * time.Second,
+		Metrics: metrics,
+	})
+	// Let the sink go before the relay stops (cleanups run last first).
+	t.Cleanup(func() {
+		select {
+		case <-sink.release:
+		default:
+			close(sink.release)
+		}
+	})
+
+	waitFor(t, 10*time.Second, "the relay to claim the row", sink.hasStarted)
+	res, err := admin.Cancel(ctx, db.Pool, db.Name, admin.CancelOptions{Key: "order-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cancelled != 0 || res.InFlight != 1 {
+		t.Fatalf("cancel under a running lease: %+v, want the row left in flight", res)
+	}
+	// The lease runs out while the sink is still stuck.
+	db.Exec(t, `UPDATE %s.messages SET leased_until = now() - interval '1 millisecond'`)
+	res, err = admin.Cancel(ctx, db.Pool, db.Name, admin.CancelOptions{Key: "order-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cancelled != 1 {
+		t.Fatalf("cancel after the lease expired: %+v, want the row cancelled", res)
+	}
+	close(sink.release)
+	waitFor(t, 10*time.Second, "the relay's late settle", func() bool { return testutil.ToFloat64(metrics.LeaseLost) >= 1 })
+	if db.Count(t, "dead_letters") != 1 || db.Count(t, "archive") != 0 || db.Count(t, "delivered_keys") != 0 || db.Count(t, "messages") != 0 {
+		t.Errorf("after the late settle: %d dead letters, %d archived, %d delivered keys, %d pending; want 1, 0, 0, 0",
+			db.Count(t, "dead_letters"), db.Count(t, "archive"), db.Count(t, "delivered_keys"), db.Count(t, "messages"))
+	}
+}

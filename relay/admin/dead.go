@@ -1,0 +1,221 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DeadFilter selects dead letters. Set fields narrow the selection; an
+// empty filter selects every dead letter, which RetryDead and PurgeDead
+// refuse unless All is set. Dead letters are taken oldest first (by id,
+// which is the row's original insert order).
+type DeadFilter struct {
+	// IDs selects dead letters by id (the row's id in the hot table).
+	IDs []int64
+	// Topic is matched exactly, or as a LIKE pattern when it contains %
+	// (then _ matches any one character and \ escapes).
+	Topic string
+	// Key is the ordering key, matched exactly.
+	Key string
+	// Reason is matched exactly: permanent, exhausted, no_sink, cancelled.
+	Reason string
+	// Error is found anywhere in the error text, ignoring case.
+	Error string
+	// Since selects dead letters that failed at or after it.
+	Since time.Time
+	// Limit takes at most this many, oldest first; 0 takes all.
+	Limit int
+	// All lets RetryDead and PurgeDead select every dead letter when no
+	// other field is set. ListDead ignores it.
+	All bool
+}
+
+// selects reports whether f narrows the selection (Limit does not).
+func (f DeadFilter) selects() bool {
+	return len(f.IDs) > 0 || f.Topic != "" || f.Key != "" || f.Reason != "" || f.Error != "" || !f.Since.IsZero()
+}
+
+// args returns the parameters of deadLettersMatch.
+func (f DeadFilter) args() []any {
+	var ids any
+	if len(f.IDs) > 0 {
+		ids = f.IDs
+	}
+	topic, topicPattern := topicParams(f.Topic)
+	return []any{ids, topic, topicPattern, nullString(f.Key), nullString(f.Reason),
+		containsPattern(f.Error), nullTime(f.Since), nullLimit(f.Limit)}
+}
+
+// DeadLetter is a message that will not be delivered without an operator.
+type DeadLetter struct {
+	// ID is the row's id in the hot table.
+	ID    int64  `json:"id"`
+	Topic string `json:"topic"`
+	// Key is the ordering key; empty when null.
+	Key            string `json:"key"`
+	IdempotencyKey string `json:"idempotency_key"`
+	// Destination is empty when null (the default sink).
+	Destination string `json:"destination"`
+	// Attempts counts the deliveries tried.
+	Attempts int `json:"attempts"`
+	// Reason is why the row stopped: permanent, exhausted, no_sink or
+	// cancelled.
+	Reason string `json:"reason"`
+	// Error is the last delivery error, or why the row was dead-lettered.
+	Error        string    `json:"error"`
+	FailedAt     time.Time `json:"failed_at"`
+	CreatedAt    time.Time `json:"created_at"`
+	PayloadBytes int       `json:"payload_bytes"`
+}
+
+// DeadList is a page of dead letters.
+type DeadList struct {
+	// Matched is how many dead letters the filter selects, ignoring Limit.
+	Matched int64        `json:"matched"`
+	Letters []DeadLetter `json:"dead_letters"`
+}
+
+// ListDead returns the dead letters f selects, oldest first, without their
+// payloads.
+func ListDead(ctx context.Context, db DB, schema string, f DeadFilter) (*DeadList, error) {
+	if err := checkSchema(schema); err != nil {
+		return nil, err
+	}
+	list := &DeadList{Letters: []DeadLetter{}}
+	err := inTx(ctx, db, readOnly, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, render(queryDeadLettersList, schema), f.args()...)
+		if err != nil {
+			return fmt.Errorf("list dead letters: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var d DeadLetter
+			if err := rows.Scan(&d.ID, &d.Topic, &d.Key, &d.IdempotencyKey, &d.Destination, &d.Attempts,
+				&d.Reason, &d.Error, &d.FailedAt, &d.CreatedAt, &d.PayloadBytes, &list.Matched); err != nil {
+				return fmt.Errorf("list dead letters: %w", err)
+			}
+			list.Letters = append(list.Letters, d)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("list dead letters: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+// RetryDeadOptions selects the dead letters to retry.
+type RetryDeadOptions struct {
+	DeadFilter
+	// DryRun counts what would be retried and changes nothing.
+	DryRun bool
+}
+
+// RetryDeadResult says what RetryDead did, or would do in a dry run.
+// Matched = Retried + SkippedPending + SkippedDelivered.
+type RetryDeadResult struct {
+	DryRun  bool  `json:"dry_run"`
+	Matched int64 `json:"matched"`
+	// Retried dead letters went back to the hot table as new rows.
+	Retried int64 `json:"retried"`
+	// SkippedPending dead letters stayed: a row with their idempotency key
+	// is pending in the hot table (or another matched dead letter with the
+	// same key, a newer one, was retried instead). Retry them after it is
+	// delivered, or purge them.
+	SkippedPending int64 `json:"skipped_pending"`
+	// SkippedDelivered dead letters stayed because their idempotency key is
+	// in delivered_keys: another row with the same key reached the
+	// destination, and the relay would archive a retry as a duplicate
+	// without sending it. DeliveredIDs lists them.
+	SkippedDelivered int64   `json:"skipped_delivered"`
+	DeliveredIDs     []int64 `json:"delivered_ids"`
+}
+
+// RetryDead moves the dead letters opts selects back to the hot table: each
+// becomes a new row (a new id from the identity) with attempts 0, due now,
+// without lease or last error, and with its original payload, headers, key,
+// idempotency key, destination and created_at. Keeping created_at is
+// deliberate: the message has still not reached its destination, and the
+// delivery latency measured from created_at says how long it really took.
+// A retried row gets a new id, so in per-key order it goes after rows of
+// its key inserted since.
+//
+// Dead letters whose idempotency key is pending or was delivered are left
+// where they are and counted. It returns ErrNoFilter when opts selects
+// nothing and All is not set.
+func RetryDead(ctx context.Context, db DB, schema string, opts RetryDeadOptions) (RetryDeadResult, error) {
+	res := RetryDeadResult{DryRun: opts.DryRun}
+	if err := checkSchema(schema); err != nil {
+		return res, err
+	}
+	if !opts.selects() && !opts.All {
+		return res, fmt.Errorf("retry dead letters: %w (set All to retry every dead letter)", ErrNoFilter)
+	}
+	q := queryDeadLettersRetry
+	if opts.DryRun {
+		q = queryDeadLettersRetryDry
+	}
+	err := inTx(ctx, db, mutation(opts.DryRun), func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, render(q, schema), opts.args()...).Scan(&res.Matched, &res.Retried, &res.DeliveredIDs)
+		if err != nil {
+			return fmt.Errorf("retry dead letters: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return RetryDeadResult{DryRun: opts.DryRun}, err
+	}
+	res.SkippedDelivered = int64(len(res.DeliveredIDs))
+	res.SkippedPending = res.Matched - res.Retried - res.SkippedDelivered
+	return res, nil
+}
+
+// PurgeDeadOptions selects the dead letters to delete.
+type PurgeDeadOptions struct {
+	DeadFilter
+	// DryRun counts what would be deleted and changes nothing.
+	DryRun bool
+}
+
+// PurgeDeadResult says how many dead letters PurgeDead deleted, or would
+// delete in a dry run.
+type PurgeDeadResult struct {
+	DryRun bool  `json:"dry_run"`
+	Purged int64 `json:"purged"`
+}
+
+// PurgeDead deletes the dead letters opts selects. It returns ErrNoFilter
+// when opts selects nothing and All is not set.
+func PurgeDead(ctx context.Context, db DB, schema string, opts PurgeDeadOptions) (PurgeDeadResult, error) {
+	res := PurgeDeadResult{DryRun: opts.DryRun}
+	if err := checkSchema(schema); err != nil {
+		return res, err
+	}
+	if !opts.selects() && !opts.All {
+		return res, fmt.Errorf("purge dead letters: %w (set All to purge every dead letter)", ErrNoFilter)
+	}
+	err := inTx(ctx, db, mutation(opts.DryRun), func(tx pgx.Tx) error {
+		if opts.DryRun {
+			if err := tx.QueryRow(ctx, render(queryDeadLettersPurgeDry, schema), opts.args()...).Scan(&res.Purged); err != nil {
+				return fmt.Errorf("count dead letters: %w", err)
+			}
+			return nil
+		}
+		tag, err := tx.Exec(ctx, render(queryDeadLettersPurge, schema), opts.args()...)
+		if err != nil {
+			return fmt.Errorf("purge dead letters: %w", err)
+		}
+		res.Purged = tag.RowsAffected()
+		return nil
+	})
+	if err != nil {
+		return PurgeDeadResult{DryRun: opts.DryRun}, err
+	}
+	return res, nil
+}

@@ -1,0 +1,232 @@
+package admin_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/relay/admin"
+)
+
+func TestListDead_Filters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	a := insertDead(t, db, "orders.created", "order-1", "k1", "permanent", "nats: Maximum Payload exceeded")
+	b := insertDead(t, db, "orders.cancelled", "order-2", "k2", "exhausted", "after 25 attempts: 50% of replicas down")
+	c := insertDead(t, db, "orders_x", "order-1", "k3", "no_sink", `destination "kafka" is not a configured sink`)
+	d := insertDead(t, db, "payments.done", "", "k4", "cancelled", "cancelled by operator")
+	db.Exec(t, `UPDATE %s.dead_letters SET failed_at = now() - interval '2 days' WHERE id = $1`, a)
+
+	since := time.Now().Add(-time.Hour)
+	for _, tc := range []struct {
+		name   string
+		filter admin.DeadFilter
+		want   []int64
+	}{
+		{"everything", admin.DeadFilter{}, []int64{a, b, c, d}},
+		{"exact topic", admin.DeadFilter{Topic: "orders.created"}, []int64{a}},
+		{"topic pattern", admin.DeadFilter{Topic: "orders.%"}, []int64{a, b}},
+		{"an exact topic's _ is no wildcard", admin.DeadFilter{Topic: "orders_created"}, nil},
+		{"pattern _ is a wildcard", admin.DeadFilter{Topic: "orders_%"}, []int64{a, b, c}},
+		{"key", admin.DeadFilter{Key: "order-1"}, []int64{a, c}},
+		{"reason", admin.DeadFilter{Reason: "cancelled"}, []int64{d}},
+		{"error ignores case", admin.DeadFilter{Error: "maximum payload"}, []int64{a}},
+		{"error % is literal", admin.DeadFilter{Error: "50%"}, []int64{b}},
+		{"error _ is literal", admin.DeadFilter{Error: "s_nk"}, nil},
+		{"since", admin.DeadFilter{Since: since}, []int64{b, c, d}},
+		{"ids", admin.DeadFilter{IDs: []int64{d, b}}, []int64{b, d}},
+		{"combined", admin.DeadFilter{Key: "order-1", Since: since}, []int64{c}},
+		{"limit", admin.DeadFilter{Limit: 2}, []int64{a, b}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			list, err := admin.ListDead(ctx, db.Pool, db.Name, tc.filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int64
+			for _, l := range list.Letters {
+				got = append(got, l.ID)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("ids = %v, want %v", got, tc.want)
+			}
+		})
+	}
+
+	list, err := admin.ListDead(ctx, db.Pool, db.Name, admin.DeadFilter{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list.Matched != 4 || len(list.Letters) != 1 {
+		t.Fatalf("limit 1: matched %d, %d rows; want 4 matched, 1 row", list.Matched, len(list.Letters))
+	}
+	l := list.Letters[0]
+	want := admin.DeadLetter{ID: a, Topic: "orders.created", Key: "order-1", IdempotencyKey: "k1", Destination: "nats",
+		Attempts: 3, Reason: "permanent", Error: "nats: Maximum Payload exceeded", FailedAt: l.FailedAt,
+		CreatedAt: time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC), PayloadBytes: 2}
+	l.CreatedAt = l.CreatedAt.UTC()
+	if l != want {
+		t.Errorf("dead letter = %+v\nwant %+v", l, want)
+	}
+}
+
+func TestRetryDead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	plain := insertDead(t, db, "orders.created", "order-1", "plain", "exhausted", "timeout")
+	pending := insertDead(t, db, "orders.created", "order-2", "pending", "exhausted", "timeout")
+	insertPending(t, db, "orders.created", "order-2", "pending")
+	delivered := insertDead(t, db, "orders.created", "order-3", "delivered", "exhausted", "timeout")
+	db.Exec(t, `INSERT INTO %s.delivered_keys (idempotency_key) VALUES ('delivered')`)
+	twiceOld := insertDead(t, db, "orders.created", "order-4", "twice", "permanent", "first")
+	twiceNew := insertDead(t, db, "orders.created", "order-4", "twice", "permanent", "second")
+	other := insertDead(t, db, "payments.done", "", "other", "permanent", "boom")
+
+	filter := admin.DeadFilter{Topic: "orders.%"}
+	dry, err := admin.RetryDead(ctx, db.Pool, db.Name, admin.RetryDeadOptions{DeadFilter: filter, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := admin.RetryDeadResult{DryRun: true, Matched: 5, Retried: 2, SkippedPending: 2, SkippedDelivered: 1, DeliveredIDs: []int64{delivered}}
+	if !equalRetry(dry, want) {
+		t.Errorf("dry run: %+v\nwant %+v", dry, want)
+	}
+	if db.Count(t, "dead_letters") != 6 || db.Count(t, "messages") != 1 {
+		t.Fatal("the dry run changed the tables")
+	}
+
+	res, err := admin.RetryDead(ctx, db.Pool, db.Name, admin.RetryDeadOptions{DeadFilter: filter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.DryRun = false
+	if !equalRetry(res, want) {
+		t.Errorf("retry: %+v\nwant %+v", res, want)
+	}
+
+	// Left in the dead letters: the pending key, the delivered key, the
+	// older of the two with one key, and what the filter did not select.
+	var left []int64
+	for _, l := range mustList(t, db, admin.DeadFilter{}).Letters {
+		left = append(left, l.ID)
+	}
+	if wantLeft := []int64{pending, delivered, twiceOld, other}; !slices.Equal(left, wantLeft) {
+		t.Errorf("dead letters left: %v, want %v (plain %d and newer twice %d retried)", left, wantLeft, plain, twiceNew)
+	}
+
+	// Back in the hot table as new, fresh rows with the original content
+	// and created_at.
+	rows, err := db.Pool.Query(ctx, `
+SELECT id, idempotency_key, key, topic, payload, headers->>'trace-id', destination, attempts,
+       leased_by IS NULL AND leased_until IS NULL AND last_error IS NULL, available_at <= now(), created_at
+  FROM `+db.Table("messages")+` WHERE idempotency_key <> 'pending' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var (
+			id                               int64
+			idemKey, key, topic, trace, dest string
+			payload                          []byte
+			attempts                         int
+			noLease, due                     bool
+			createdAt                        time.Time
+		)
+		if err := rows.Scan(&id, &idemKey, &key, &topic, &payload, &trace, &dest, &attempts, &noLease, &due, &createdAt); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, idemKey)
+		if id == plain || id == twiceNew {
+			t.Errorf("retried row %s kept its dead letter id %d; want a new id", idemKey, id)
+		}
+		if string(payload) != "\x00\xff" || trace != "t1" || dest != "nats" || attempts != 0 || !noLease || !due ||
+			!createdAt.Equal(time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)) {
+			t.Errorf("retried row %s: payload %q, trace %q, destination %q, attempts %d, no lease %v, due %v, created %v",
+				idemKey, payload, trace, dest, attempts, noLease, due, createdAt)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(keys, []string{"plain", "twice"}) {
+		t.Errorf("retried keys in insert order: %v, want plain, twice", keys)
+	}
+
+	// Nothing matches twice: a second retry finds only rows to skip.
+	res, err = admin.RetryDead(ctx, db.Pool, db.Name, admin.RetryDeadOptions{DeadFilter: filter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Matched != 3 || res.Retried != 0 || res.SkippedPending != 2 || res.SkippedDelivered != 1 {
+		t.Errorf("second retry: %+v, want 3 matched, 2 pending, 1 delivered", res)
+	}
+}
+
+func equalRetry(a, b admin.RetryDeadResult) bool {
+	return a.DryRun == b.DryRun && a.Matched == b.Matched && a.Retried == b.Retried &&
+		a.SkippedPending == b.SkippedPending && a.SkippedDelivered == b.SkippedDelivered &&
+		slices.Equal(a.DeliveredIDs, b.DeliveredIDs)
+}
+
+func mustList(t *testing.T, db *testdb.Schema, f admin.DeadFilter) *admin.DeadList {
+	t.Helper()
+	list, err := admin.ListDead(context.Background(), db.Pool, db.Name, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}
+
+func TestRetryDead_Limit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	first := insertDead(t, db, "a", "", "k1", "permanent", "boom")
+	insertDead(t, db, "a", "", "k2", "permanent", "boom")
+	insertDead(t, db, "a", "", "k3", "permanent", "boom")
+	res, err := admin.RetryDead(ctx, db.Pool, db.Name, admin.RetryDeadOptions{DeadFilter: admin.DeadFilter{All: true, Limit: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Matched != 1 || res.Retried != 1 {
+		t.Errorf("retry with limit 1: %+v", res)
+	}
+	if got := column(t, db, "messages", "idempotency_key"); !slices.Equal(got, []string{"k1"}) {
+		t.Errorf("retried %v, want the oldest (id %d, k1)", got, first)
+	}
+}
+
+func TestPurgeDead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	insertDead(t, db, "a", "", "k1", "permanent", "boom")
+	insertDead(t, db, "a", "", "k2", "exhausted", "timeout")
+	insertDead(t, db, "a", "", "k3", "exhausted", "Timeout")
+
+	opts := admin.PurgeDeadOptions{DeadFilter: admin.DeadFilter{Error: "timeout"}, DryRun: true}
+	res, err := admin.PurgeDead(ctx, db.Pool, db.Name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != (admin.PurgeDeadResult{DryRun: true, Purged: 2}) || db.Count(t, "dead_letters") != 3 {
+		t.Errorf("dry run: %+v, %d dead letters left; want 2 to purge and 3 left", res, db.Count(t, "dead_letters"))
+	}
+	opts.DryRun = false
+	res, err = admin.PurgeDead(ctx, db.Pool, db.Name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Purged != 2 {
+		t.Errorf("purged %d, want 2", res.Purged)
+	}
+	if got := column(t, db, "dead_letters", "idempotency_key"); !slices.Equal(got, []string{"k1"}) {
+		t.Errorf("dead letters left: %v, want k1", got)
+	}
+}

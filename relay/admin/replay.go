@@ -1,0 +1,124 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TimeColumn chooses the archive column that ReplayOptions.From and To
+// bound.
+type TimeColumn int
+
+const (
+	// DeliveredAt bounds the time of delivery (the default; the archive's
+	// BRIN index serves it).
+	DeliveredAt TimeColumn = iota
+	// CreatedAt bounds the time of the original insert.
+	CreatedAt
+)
+
+// ReplayOptions selects archived rows to send again.
+type ReplayOptions struct {
+	// From (inclusive) and To (exclusive) bound the By column; zero values
+	// leave that end open.
+	From, To time.Time
+	By       TimeColumn
+	// Topic is matched exactly, or as a LIKE pattern when it contains %.
+	Topic string
+	// Key is the ordering key, matched exactly.
+	Key string
+	// NewKeys gives every replayed row a new idempotency key
+	// (gen_random_uuid()), making it a new event for every consumer. By
+	// default a replay keeps the original key.
+	NewKeys bool
+	// All lets Replay select the whole archive when no filter is set.
+	All bool
+	// DryRun counts what would be replayed and changes nothing.
+	DryRun bool
+}
+
+func (o ReplayOptions) selects() bool {
+	return !o.From.IsZero() || !o.To.IsZero() || o.Topic != "" || o.Key != ""
+}
+
+func (o ReplayOptions) args() []any {
+	var deliveredFrom, deliveredTo, createdFrom, createdTo any
+	switch o.By {
+	case CreatedAt:
+		createdFrom, createdTo = nullTime(o.From), nullTime(o.To)
+	default:
+		deliveredFrom, deliveredTo = nullTime(o.From), nullTime(o.To)
+	}
+	topic, topicPattern := topicParams(o.Topic)
+	return []any{deliveredFrom, deliveredTo, createdFrom, createdTo, topic, topicPattern, nullString(o.Key), o.NewKeys}
+}
+
+// ReplayResult says what Replay did, or would do in a dry run.
+type ReplayResult struct {
+	DryRun  bool `json:"dry_run"`
+	NewKeys bool `json:"new_keys"`
+	// Matched counts the archived rows selected (duplicates excluded).
+	Matched int64 `json:"matched"`
+	// Events counts their distinct idempotency keys: a key delivered
+	// several times is replayed once, from its latest delivery.
+	Events int64 `json:"events"`
+	// SkippedPending events were not replayed: a row with their idempotency
+	// key is pending in the hot table, so the event is on its way already.
+	SkippedPending int64 `json:"skipped_pending"`
+	// Replayed rows were inserted into the hot table.
+	Replayed int64 `json:"replayed"`
+	// ForgottenKeys counts the delivered_keys rows deleted so that replays
+	// with original keys are sent rather than archived as duplicates.
+	ForgottenKeys int64 `json:"forgotten_keys"`
+}
+
+// Replay inserts the archived rows opts selects into the hot table again,
+// to be delivered again. Rows archived as duplicates (never sent) are not
+// replayed. Each replayed row is a new row: a new id, created and due now
+// (its delivery latency measures the replay, not the age of the original),
+// attempts 0, with the original topic, payload, key, headers and
+// destination.
+//
+// With original idempotency keys (the default) Replay also deletes those
+// keys from delivered_keys in the same statement; consumers see the same
+// message id again (Nats-Msg-Id, webhook-id), so JetStream drops the
+// replay within its duplicate window and consumers that dedupe by key drop
+// it too: original keys are for consumers that lost data. With NewKeys the
+// replay is a new event that every consumer processes.
+//
+// Events whose key is pending in the hot table are skipped and counted. It
+// returns ErrNoFilter when opts selects nothing and All is not set.
+func Replay(ctx context.Context, db DB, schema string, opts ReplayOptions) (ReplayResult, error) {
+	res := ReplayResult{DryRun: opts.DryRun, NewKeys: opts.NewKeys}
+	if err := checkSchema(schema); err != nil {
+		return res, err
+	}
+	if !opts.selects() && !opts.All {
+		return res, fmt.Errorf("replay: %w (set All to replay the whole archive)", ErrNoFilter)
+	}
+	if !opts.From.IsZero() && !opts.To.IsZero() && !opts.From.Before(opts.To) {
+		return res, errors.New("replay: From must be before To")
+	}
+	q := queryArchiveReplay
+	if opts.DryRun {
+		q = queryArchiveReplayDry
+	}
+	err := inTx(ctx, db, mutation(opts.DryRun), func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, render(q, schema), opts.args()...).
+			Scan(&res.Matched, &res.Events, &res.SkippedPending, &res.Replayed, &res.ForgottenKeys)
+		if err != nil {
+			return fmt.Errorf("replay archived rows: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return ReplayResult{DryRun: opts.DryRun, NewKeys: opts.NewKeys}, err
+	}
+	// A row with the same key inserted since the judgement also skips.
+	res.SkippedPending = res.Events - res.Replayed
+	return res, nil
+}

@@ -1,0 +1,294 @@
+package admin
+
+import (
+	"fmt"
+
+	"github.com/outbox-relay/outbox-relay/migrations"
+)
+
+// Every statement the operations run. %[1]s is the quoted schema; render
+// fills it in. Optional filters arrive as NULL parameters and drop out
+// ("$n IS NULL OR …"), so that each statement is one constant; the values
+// are known when the statement is planned, so the planner still uses the
+// indexes they allow.
+//
+// Comparisons between idempotency keys mix the "C" collation of the hot
+// table and delivered_keys with the default collation of the other tables;
+// PostgreSQL resolves them to "C", the collation of the indexes.
+
+// Status.
+
+// queryMessagesStatus summarises the hot table per destination ($1 stands
+// for null) in one scan, with the relay's definitions: in flight while a
+// lease runs, due when available and not leased, in backoff when a failed
+// row waits for its retry, delayed when a row that was never tried waits
+// for its available_at.
+const queryMessagesStatus = `
+SELECT coalesce(destination, $1),
+       count(*),
+       count(*) FILTER (WHERE due),
+       min(available_at) FILTER (WHERE due),
+       count(*) FILTER (WHERE in_flight),
+       count(*) FILTER (WHERE backoff),
+       min(available_at) FILTER (WHERE backoff),
+       count(*) FILTER (WHERE delayed),
+       min(available_at) FILTER (WHERE delayed)
+  FROM (SELECT destination, available_at,
+               available_at <= now() AND (leased_until IS NULL OR leased_until <= now()) AS due,
+               leased_until > now() AS in_flight,
+               available_at > now() AND leased_by IS NULL AND attempts > 0 AS backoff,
+               available_at > now() AND attempts = 0 AS delayed
+          FROM %[1]s.messages) AS m
+ GROUP BY 1
+ ORDER BY 1`
+
+// queryMessagesLeases counts the rows in flight per relay.
+const queryMessagesLeases = `
+SELECT coalesce(leased_by, ''), count(*), min(leased_until), max(leased_until)
+  FROM %[1]s.messages
+ WHERE leased_until > now()
+ GROUP BY 1
+ ORDER BY 2 DESC, 1`
+
+// queryDeadLettersByReason counts the dead letters per reason.
+const queryDeadLettersByReason = `
+SELECT reason, count(*), max(failed_at)
+  FROM %[1]s.dead_letters
+ GROUP BY reason
+ ORDER BY 2 DESC, 1`
+
+// queryDeadLettersTopErrors returns the $1 most frequent error texts.
+const queryDeadLettersTopErrors = `
+SELECT error, count(*), max(failed_at)
+  FROM %[1]s.dead_letters
+ GROUP BY error
+ ORDER BY 2 DESC, 3 DESC
+ LIMIT $1`
+
+// queryTablesStatus reads the size and vacuum statistics of the relay's
+// tables in schema $1 (the plain name). n_live_tup is the statistics
+// system's running estimate of the row count.
+const queryTablesStatus = `
+SELECT relname, pg_total_relation_size(relid), n_live_tup, n_dead_tup, last_vacuum, last_autovacuum
+  FROM pg_catalog.pg_stat_user_tables
+ WHERE schemaname = $1 AND relname IN ('messages', 'archive', 'delivered_keys', 'dead_letters')
+ ORDER BY array_position(ARRAY['messages', 'archive', 'delivered_keys', 'dead_letters']::name[], relname)`
+
+// queryArchiveCountExact counts the archive and the delivered keys exactly:
+// two full scans, for StatusOptions.ExactCounts.
+const queryArchiveCountExact = `
+SELECT (SELECT count(*) FROM %[1]s.archive), (SELECT count(*) FROM %[1]s.delivered_keys)`
+
+// Dead letters.
+
+// deadLettersMatch selects dead letters by the DeadFilter parameters: $1 ids,
+// $2 exact topic, $3 topic LIKE pattern, $4 key, $5 reason, $6 error ILIKE
+// pattern, $7 failed at or after, $8 limit (NULL: all), oldest first.
+const deadLettersMatch = `
+  FROM %[1]s.dead_letters AS d
+ WHERE ($1::bigint[] IS NULL OR d.id = ANY ($1))
+   AND ($2::text IS NULL OR d.topic = $2)
+   AND ($3::text IS NULL OR d.topic LIKE $3)
+   AND ($4::text IS NULL OR d.key = $4)
+   AND ($5::text IS NULL OR d.reason = $5)
+   AND ($6::text IS NULL OR d.error ILIKE $6)
+   AND ($7::timestamptz IS NULL OR d.failed_at >= $7)
+ ORDER BY d.id
+ LIMIT $8`
+
+// queryDeadLettersList returns the matching dead letters, without their
+// payloads, and how many match in all.
+const queryDeadLettersList = `
+SELECT d.id, d.topic, coalesce(d.key, ''), d.idempotency_key, coalesce(d.destination, ''),
+       d.attempts, d.reason, d.error, d.failed_at, d.created_at, octet_length(d.payload),
+       count(*) OVER ()` + deadLettersMatch
+
+// deadLettersJudge sorts the picked dead letters into those that go back
+// to the hot table ('retry') and those that stay: 'delivered' when their
+// idempotency key was delivered (the relay would archive the retry as a
+// duplicate without sending it), 'pending' when a row with their key is in
+// the hot table, or when another picked dead letter with the same key, a
+// newer one, goes back instead.
+const deadLettersJudge = `
+), judged AS (
+    SELECT p.id, p.idempotency_key,
+           CASE
+               WHEN EXISTS (SELECT 1 FROM %[1]s.delivered_keys AS k WHERE k.idempotency_key = p.idempotency_key) THEN 'delivered'
+               WHEN EXISTS (SELECT 1 FROM %[1]s.messages AS m WHERE m.idempotency_key = p.idempotency_key) THEN 'pending'
+               WHEN row_number() OVER (PARTITION BY p.idempotency_key ORDER BY p.id DESC) > 1 THEN 'pending'
+               ELSE 'retry'
+           END AS verdict
+      FROM picked AS p
+)`
+
+// queryDeadLettersRetry moves the matching dead letters that can go back to
+// the hot table as new rows: a new id, attempts 0, due now, no lease and no
+// last error, with their payload, headers, keys, destination and original
+// created_at. ON CONFLICT covers a row with the same key inserted since the
+// judgement; only dead letters whose row was inserted are deleted. It
+// returns the number matched, the number moved, and the ids of those left
+// because their key was delivered.
+const queryDeadLettersRetry = `
+WITH picked AS (
+    SELECT d.id, d.idempotency_key` + deadLettersMatch + `
+       FOR UPDATE SKIP LOCKED` + deadLettersJudge + `, moved AS (
+    INSERT INTO %[1]s.messages (topic, payload, key, headers, idempotency_key, destination, available_at, created_at)
+    SELECT d.topic, d.payload, d.key, d.headers, d.idempotency_key, d.destination, now(), d.created_at
+      FROM judged AS j
+      JOIN %[1]s.dead_letters AS d ON d.id = j.id
+     WHERE j.verdict = 'retry'
+     ORDER BY d.id
+        ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING idempotency_key
+), deleted AS (
+    DELETE FROM %[1]s.dead_letters AS d
+     USING judged AS j, moved
+     WHERE d.id = j.id AND j.verdict = 'retry' AND moved.idempotency_key = j.idempotency_key
+    RETURNING d.id
+)
+SELECT count(*),
+       (SELECT count(*) FROM deleted),
+       coalesce(array_agg(id ORDER BY id) FILTER (WHERE verdict = 'delivered'), '{}')
+  FROM judged`
+
+// queryDeadLettersRetryDry is queryDeadLettersRetry's judgement without the
+// move, for dry runs: matched, would move, delivered ids.
+const queryDeadLettersRetryDry = `
+WITH picked AS (
+    SELECT d.id, d.idempotency_key` + deadLettersMatch + deadLettersJudge + `
+SELECT count(*),
+       count(*) FILTER (WHERE verdict = 'retry'),
+       coalesce(array_agg(id ORDER BY id) FILTER (WHERE verdict = 'delivered'), '{}')
+  FROM judged`
+
+// queryDeadLettersPurge deletes the matching dead letters.
+const queryDeadLettersPurge = `
+WITH picked AS (
+    SELECT d.id` + deadLettersMatch + `
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM %[1]s.dead_letters AS d
+ USING picked
+ WHERE d.id = picked.id`
+
+// queryDeadLettersPurgeDry counts what queryDeadLettersPurge would delete.
+const queryDeadLettersPurgeDry = `
+SELECT count(*) FROM (SELECT d.id` + deadLettersMatch + `) AS picked`
+
+// Replay.
+
+// archiveReplayJudge selects delivered (not duplicate) archived rows by $1,
+// $2 delivered_at range, $3, $4 created_at range (from inclusive, to
+// exclusive), $5 exact topic, $6 topic LIKE pattern, $7 key; keeps the most
+// recent delivery of each idempotency key; and marks those whose key is
+// pending in the hot table.
+const archiveReplayJudge = `
+WITH matched AS (
+    SELECT a.id, a.topic, a.payload, a.key, a.headers, a.idempotency_key, a.destination, a.delivered_at
+      FROM %[1]s.archive AS a
+     WHERE NOT a.duplicate
+       AND ($1::timestamptz IS NULL OR a.delivered_at >= $1)
+       AND ($2::timestamptz IS NULL OR a.delivered_at < $2)
+       AND ($3::timestamptz IS NULL OR a.created_at >= $3)
+       AND ($4::timestamptz IS NULL OR a.created_at < $4)
+       AND ($5::text IS NULL OR a.topic = $5)
+       AND ($6::text IS NULL OR a.topic LIKE $6)
+       AND ($7::text IS NULL OR a.key = $7)
+), latest AS (
+    SELECT DISTINCT ON (idempotency_key) *
+      FROM matched
+     ORDER BY idempotency_key, delivered_at DESC, id DESC
+), judged AS (
+    SELECT l.*, EXISTS (SELECT 1 FROM %[1]s.messages AS m WHERE m.idempotency_key = l.idempotency_key) AS pending
+      FROM latest AS l
+)`
+
+// queryArchiveReplay inserts the judged rows whose key is not pending into
+// the hot table as new rows, in their original order: created now, due now,
+// with their original idempotency key, or a new one when $8 is true. With
+// original keys it also forgets those keys in delivered_keys, or the relay
+// would archive the replay as a duplicate without sending it. It returns
+// the archived rows matched, the distinct keys among them, the keys
+// pending, the rows inserted and the delivered keys deleted.
+const queryArchiveReplay = archiveReplayJudge + `, replayed AS (
+    INSERT INTO %[1]s.messages (topic, payload, key, headers, idempotency_key, destination, available_at)
+    SELECT topic, payload, key, headers,
+           CASE WHEN $8::bool THEN gen_random_uuid()::text ELSE idempotency_key END,
+           destination, now()
+      FROM judged
+     WHERE NOT pending
+     ORDER BY id
+        ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING idempotency_key
+), forgotten AS (
+    DELETE FROM %[1]s.delivered_keys AS k
+     USING replayed AS r
+     WHERE NOT $8::bool AND k.idempotency_key = r.idempotency_key
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM matched),
+       count(*),
+       count(*) FILTER (WHERE pending),
+       (SELECT count(*) FROM replayed),
+       (SELECT count(*) FROM forgotten)
+  FROM judged`
+
+// queryArchiveReplayDry is queryArchiveReplay's judgement without the
+// insert, for dry runs, with the same results: the rows that would be
+// inserted, and the delivered keys that would be deleted (none when $8, new
+// keys, is true).
+const queryArchiveReplayDry = archiveReplayJudge + `
+SELECT (SELECT count(*) FROM matched),
+       count(*),
+       count(*) FILTER (WHERE pending),
+       count(*) FILTER (WHERE NOT pending),
+       (SELECT count(*) FROM %[1]s.delivered_keys AS k
+         WHERE NOT $8::bool
+           AND k.idempotency_key IN (SELECT idempotency_key FROM judged WHERE NOT pending))
+  FROM judged`
+
+// Cancel.
+
+// messagesCancelMatch selects pending rows by $1 key, $2 exact topic, $3
+// topic LIKE pattern.
+const messagesCancelMatch = `
+  FROM %[1]s.messages AS m
+ WHERE ($1::text IS NULL OR m.key = $1)
+   AND ($2::text IS NULL OR m.topic = $2)
+   AND ($3::text IS NULL OR m.topic LIKE $3)`
+
+// queryMessagesCancel moves the matching rows that are not in flight to the
+// dead letters with reason $4 and error $5. Rows under a running lease, and
+// rows locked by a claim that is committing, are left alone. It returns the
+// number matched and the number moved.
+const queryMessagesCancel = `
+WITH matched AS (
+    SELECT count(*) AS n` + messagesCancelMatch + `
+), picked AS (
+    SELECT m.id` + messagesCancelMatch + `
+       AND (m.leased_until IS NULL OR m.leased_until <= now())
+     ORDER BY m.id
+       FOR UPDATE SKIP LOCKED
+), cancelled AS (
+    DELETE FROM %[1]s.messages AS m
+     USING picked
+     WHERE m.id = picked.id
+    RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
+              m.created_at, m.attempts
+), dead AS (
+    INSERT INTO %[1]s.dead_letters (id, topic, payload, key, headers, idempotency_key, destination,
+                                    created_at, attempts, reason, error)
+    SELECT id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, $4::text, $5::text
+      FROM cancelled
+    RETURNING 1
+)
+SELECT (SELECT n FROM matched), (SELECT count(*) FROM dead)`
+
+// queryMessagesCancelDry counts the matching rows and those in flight.
+const queryMessagesCancelDry = `
+SELECT count(*), count(*) FILTER (WHERE m.leased_until > now())` + messagesCancelMatch
+
+// render returns q for schema, which must be valid.
+func render(q, schema string) string {
+	return fmt.Sprintf(q, migrations.Quote(schema))
+}

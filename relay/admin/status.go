@@ -1,0 +1,252 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Defaults for StatusOptions.
+const (
+	DefaultSinkLabel = "(default)"
+	TopErrorsDefault = 5
+)
+
+// StatusOptions configures Status. Zero values take the documented defaults.
+type StatusOptions struct {
+	// DefaultSink names the destination of rows whose destination is null
+	// (RELAY_SINK). Default DefaultSinkLabel.
+	DefaultSink string
+	// TopErrors is how many of the most frequent dead-letter errors to
+	// return. Default TopErrorsDefault.
+	TopErrors int
+	// ExactCounts counts the archive and delivered_keys rows with full
+	// scans. By default their row counts are the statistics system's
+	// running estimates (n_live_tup), which cost nothing however large the
+	// tables grow.
+	ExactCounts bool
+}
+
+// StatusReport is a snapshot of the relay's tables, read in one
+// transaction.
+type StatusReport struct {
+	// At is the database's clock when the snapshot was taken; ages are
+	// measured from it.
+	At time.Time `json:"at"`
+	// Destinations summarises the hot table per destination, null shown as
+	// StatusOptions.DefaultSink.
+	Destinations []DestinationStatus `json:"destinations"`
+	// Leases lists the relays holding rows in flight.
+	Leases      []LeaseStatus    `json:"leases"`
+	DeadLetters DeadLetterStatus `json:"dead_letters"`
+	// Tables holds the size and vacuum statistics of messages, archive,
+	// delivered_keys and dead_letters, in that order.
+	Tables []TableStatus `json:"tables"`
+}
+
+// DestinationStatus counts the rows of one destination in the hot table.
+// Due, InFlight, Backoff and Delayed use the relay's definitions: a row is in
+// flight while its lease runs; due when available_at has come and no lease
+// runs; in backoff when it failed and waits for its retry; delayed when it
+// was never tried and waits for its available_at.
+type DestinationStatus struct {
+	Destination string `json:"destination"`
+	// Pending is every row of the destination in the hot table.
+	Pending int64 `json:"pending"`
+	// Due is the backlog: rows a relay may claim now.
+	Due int64 `json:"due"`
+	// OldestDueAt is the available_at of the oldest due row, and
+	// OldestDueAgeSeconds how long ago that was (0 without due rows).
+	OldestDueAt         *time.Time `json:"oldest_due_at,omitempty"`
+	OldestDueAgeSeconds float64    `json:"oldest_due_age_seconds"`
+	InFlight            int64      `json:"in_flight"`
+	Backoff             int64      `json:"backoff"`
+	// NextRetryAt is the earliest retry among rows in backoff.
+	NextRetryAt *time.Time `json:"next_retry_at,omitempty"`
+	Delayed     int64      `json:"delayed"`
+	// NextDelayedAt is the earliest available_at among delayed rows.
+	NextDelayedAt *time.Time `json:"next_delayed_at,omitempty"`
+}
+
+// LeaseStatus counts the rows one relay holds in flight.
+type LeaseStatus struct {
+	// RelayID is the relay's leased_by (RELAY_ID).
+	RelayID string `json:"relay_id"`
+	Rows    int64  `json:"rows"`
+	// EarliestLeaseEnd and LatestLeaseEnd bound its leases' ends: a relay
+	// whose leases all end in the past has stopped settling.
+	EarliestLeaseEnd time.Time `json:"earliest_lease_end"`
+	LatestLeaseEnd   time.Time `json:"latest_lease_end"`
+}
+
+// DeadLetterStatus summarises the dead letters.
+type DeadLetterStatus struct {
+	Total    int64        `json:"total"`
+	ByReason []CountSince `json:"by_reason"`
+	// TopErrors are the most frequent error texts, most frequent first.
+	TopErrors []CountSince `json:"top_errors"`
+}
+
+// CountSince counts the dead letters with one reason or error text.
+type CountSince struct {
+	// Value is the reason or the error text.
+	Value string `json:"value"`
+	Count int64  `json:"count"`
+	// LastFailedAt is the latest failed_at among them.
+	LastFailedAt time.Time `json:"last_failed_at"`
+}
+
+// TableStatus describes one of the relay's tables.
+type TableStatus struct {
+	Table string `json:"table"`
+	// Rows is the row count: exact for messages and dead_letters (and for
+	// the others with ExactCounts), otherwise the running estimate
+	// n_live_tup; RowsExact says which.
+	Rows      int64 `json:"rows"`
+	RowsExact bool  `json:"rows_exact"`
+	// TotalBytes is pg_total_relation_size: heap, indexes and TOAST.
+	TotalBytes int64 `json:"total_bytes"`
+	// LiveTuples and DeadTuples are pg_stat_user_tables' estimates; many
+	// dead tuples in messages mean vacuum is falling behind.
+	LiveTuples     int64      `json:"live_tuples"`
+	DeadTuples     int64      `json:"dead_tuples"`
+	LastVacuum     *time.Time `json:"last_vacuum,omitempty"`
+	LastAutovacuum *time.Time `json:"last_autovacuum,omitempty"`
+}
+
+// Total returns the sum over every destination; its Destination is empty.
+func (s *StatusReport) Total() DestinationStatus {
+	var t DestinationStatus
+	for _, d := range s.Destinations {
+		t.Pending += d.Pending
+		t.Due += d.Due
+		t.InFlight += d.InFlight
+		t.Backoff += d.Backoff
+		t.Delayed += d.Delayed
+		t.OldestDueAt = earliest(t.OldestDueAt, d.OldestDueAt)
+		t.NextRetryAt = earliest(t.NextRetryAt, d.NextRetryAt)
+		t.NextDelayedAt = earliest(t.NextDelayedAt, d.NextDelayedAt)
+		t.OldestDueAgeSeconds = max(t.OldestDueAgeSeconds, d.OldestDueAgeSeconds)
+	}
+	return t
+}
+
+func earliest(a, b *time.Time) *time.Time {
+	if a == nil || (b != nil && b.Before(*a)) {
+		return b
+	}
+	return a
+}
+
+// Status reads a snapshot of the relay's tables in schema: a handful of
+// queries in one read-only transaction and one round trip. The hot table
+// and the dead letters are scanned; the archive and delivered_keys are not,
+// unless opts.ExactCounts.
+func Status(ctx context.Context, db DB, schema string, opts StatusOptions) (*StatusReport, error) {
+	if err := checkSchema(schema); err != nil {
+		return nil, err
+	}
+	if opts.DefaultSink == "" {
+		opts.DefaultSink = DefaultSinkLabel
+	}
+	if opts.TopErrors <= 0 {
+		opts.TopErrors = TopErrorsDefault
+	}
+	st := &StatusReport{Destinations: []DestinationStatus{}, Leases: []LeaseStatus{}, Tables: []TableStatus{},
+		DeadLetters: DeadLetterStatus{ByReason: []CountSince{}, TopErrors: []CountSince{}}}
+	err := inTx(ctx, db, readOnly, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue("SELECT now()").QueryRow(func(row pgx.Row) error {
+			return row.Scan(&st.At)
+		})
+		b.Queue(render(queryMessagesStatus, schema), opts.DefaultSink).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var d DestinationStatus
+				if err := rows.Scan(&d.Destination, &d.Pending, &d.Due, &d.OldestDueAt, &d.InFlight,
+					&d.Backoff, &d.NextRetryAt, &d.Delayed, &d.NextDelayedAt); err != nil {
+					return fmt.Errorf("read hot table summary: %w", err)
+				}
+				st.Destinations = append(st.Destinations, d)
+			}
+			return rows.Err()
+		})
+		b.Queue(render(queryMessagesLeases, schema)).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var l LeaseStatus
+				if err := rows.Scan(&l.RelayID, &l.Rows, &l.EarliestLeaseEnd, &l.LatestLeaseEnd); err != nil {
+					return fmt.Errorf("read leases: %w", err)
+				}
+				st.Leases = append(st.Leases, l)
+			}
+			return rows.Err()
+		})
+		b.Queue(render(queryDeadLettersByReason, schema)).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var c CountSince
+				if err := rows.Scan(&c.Value, &c.Count, &c.LastFailedAt); err != nil {
+					return fmt.Errorf("read dead letters by reason: %w", err)
+				}
+				st.DeadLetters.ByReason = append(st.DeadLetters.ByReason, c)
+				st.DeadLetters.Total += c.Count
+			}
+			return rows.Err()
+		})
+		b.Queue(render(queryDeadLettersTopErrors, schema), opts.TopErrors).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var c CountSince
+				if err := rows.Scan(&c.Value, &c.Count, &c.LastFailedAt); err != nil {
+					return fmt.Errorf("read dead letters by error: %w", err)
+				}
+				st.DeadLetters.TopErrors = append(st.DeadLetters.TopErrors, c)
+			}
+			return rows.Err()
+		})
+		b.Queue(queryTablesStatus, schema).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var t TableStatus
+				if err := rows.Scan(&t.Table, &t.TotalBytes, &t.LiveTuples, &t.DeadTuples, &t.LastVacuum, &t.LastAutovacuum); err != nil {
+					return fmt.Errorf("read table statistics: %w", err)
+				}
+				t.Rows = t.LiveTuples
+				st.Tables = append(st.Tables, t)
+			}
+			return rows.Err()
+		})
+		var archiveRows, keyRows *int64
+		if opts.ExactCounts {
+			b.Queue(render(queryArchiveCountExact, schema)).QueryRow(func(row pgx.Row) error {
+				return row.Scan(&archiveRows, &keyRows)
+			})
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("read status: %w", err)
+		}
+		total := st.Total()
+		for i := range st.Tables {
+			t := &st.Tables[i]
+			switch {
+			case t.Table == "messages":
+				t.Rows, t.RowsExact = total.Pending, true
+			case t.Table == "dead_letters":
+				t.Rows, t.RowsExact = st.DeadLetters.Total, true
+			case t.Table == "archive" && archiveRows != nil:
+				t.Rows, t.RowsExact = *archiveRows, true
+			case t.Table == "delivered_keys" && keyRows != nil:
+				t.Rows, t.RowsExact = *keyRows, true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range st.Destinations {
+		d := &st.Destinations[i]
+		if d.OldestDueAt != nil {
+			d.OldestDueAgeSeconds = max(0, st.At.Sub(*d.OldestDueAt).Seconds())
+		}
+	}
+	return st, nil
+}

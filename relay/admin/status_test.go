@@ -1,0 +1,105 @@
+package admin_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/relay/admin"
+)
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	// Default sink: two due rows (one 10 minutes old), one in flight, one
+	// in backoff, one delayed. Destination webhook: one due row.
+	db.Exec(t, `
+INSERT INTO %s.messages (topic, payload, destination, available_at, attempts, leased_by, leased_until) VALUES
+    ('a', 'x', NULL,      now() - interval '10 minutes', 0, NULL,      NULL),
+    ('a', 'x', NULL,      now(),                         1, 'relay-1', now() - interval '1 second'),
+    ('a', 'x', NULL,      now(),                         1, 'relay-1', now() + interval '30 seconds'),
+    ('a', 'x', NULL,      now() + interval '1 minute',   2, NULL,      NULL),
+    ('a', 'x', NULL,      now() + interval '1 hour',     0, NULL,      NULL),
+    ('a', 'x', 'webhook', now(),                         0, NULL,      NULL)`)
+	insertDead(t, db, "a", "", "d1", "permanent", "boom")
+	insertDead(t, db, "a", "", "d2", "permanent", "boom")
+	insertDead(t, db, "a", "", "d3", "exhausted", "after 25 attempts: timeout")
+	insertArchived(t, db, "a", "", "a1", time.Minute, false)
+	insertArchived(t, db, "a", "", "a2", time.Minute, false)
+	insertArchived(t, db, "a", "", "a1", time.Second, true)
+
+	st, err := admin.Status(ctx, db.Pool, db.Name, admin.StatusOptions{DefaultSink: "nats", ExactCounts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Destinations) != 2 || st.Destinations[0].Destination != "nats" || st.Destinations[1].Destination != "webhook" {
+		t.Fatalf("destinations = %+v, want nats and webhook", st.Destinations)
+	}
+	n := st.Destinations[0]
+	if n.Pending != 5 || n.Due != 2 || n.InFlight != 1 || n.Backoff != 1 || n.Delayed != 1 {
+		t.Errorf("nats: pending %d, due %d, in flight %d, backoff %d, delayed %d; want 5, 2, 1, 1, 1",
+			n.Pending, n.Due, n.InFlight, n.Backoff, n.Delayed)
+	}
+	if n.OldestDueAt == nil || n.OldestDueAgeSeconds < 590 || n.OldestDueAgeSeconds > 900 {
+		t.Errorf("nats: oldest due age %vs (at %v), want about 600s", n.OldestDueAgeSeconds, n.OldestDueAt)
+	}
+	if n.NextRetryAt == nil || n.NextRetryAt.Sub(st.At) < 50*time.Second || n.NextDelayedAt == nil || n.NextDelayedAt.Sub(st.At) < 50*time.Minute {
+		t.Errorf("nats: next retry %v, next delayed %v, at %v; want in a minute and in an hour", n.NextRetryAt, n.NextDelayedAt, st.At)
+	}
+	if w := st.Destinations[1]; w.Pending != 1 || w.Due != 1 {
+		t.Errorf("webhook: %+v, want 1 due row", w)
+	}
+	if total := st.Total(); total.Pending != 6 || total.Due != 3 {
+		t.Errorf("total: %+v, want 6 pending, 3 due", total)
+	}
+
+	if len(st.Leases) != 1 || st.Leases[0].RelayID != "relay-1" || st.Leases[0].Rows != 1 || !st.Leases[0].EarliestLeaseEnd.After(st.At) {
+		t.Errorf("leases = %+v, want relay-1 holding 1 row (its expired lease does not count)", st.Leases)
+	}
+
+	dl := st.DeadLetters
+	if dl.Total != 3 || len(dl.ByReason) != 2 || dl.ByReason[0] != (admin.CountSince{Value: "permanent", Count: 2, LastFailedAt: dl.ByReason[0].LastFailedAt}) {
+		t.Errorf("dead letters by reason = %+v (total %d), want permanent 2 first, of 3", dl.ByReason, dl.Total)
+	}
+	if len(dl.TopErrors) != 2 || dl.TopErrors[0].Value != "boom" || dl.TopErrors[0].Count != 2 {
+		t.Errorf("top errors = %+v, want boom ×2 first", dl.TopErrors)
+	}
+
+	want := map[string]int64{"messages": 6, "archive": 3, "delivered_keys": 2, "dead_letters": 3}
+	if len(st.Tables) != 4 {
+		t.Fatalf("tables = %+v, want 4", st.Tables)
+	}
+	for _, tb := range st.Tables {
+		if tb.Rows != want[tb.Table] || !tb.RowsExact || tb.TotalBytes <= 0 {
+			t.Errorf("table %s: %d rows (exact %v), %d bytes; want %d exact rows and a size", tb.Table, tb.Rows, tb.RowsExact, tb.TotalBytes, want[tb.Table])
+		}
+	}
+
+	// Without ExactCounts the archive and delivered_keys are estimated.
+	st, err = admin.Status(ctx, db.Pool, db.Name, admin.StatusOptions{TopErrors: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Destinations[0].Destination != admin.DefaultSinkLabel || len(st.DeadLetters.TopErrors) != 1 {
+		t.Errorf("defaults: destination %q, %d top errors; want %q and 1", st.Destinations[0].Destination, len(st.DeadLetters.TopErrors), admin.DefaultSinkLabel)
+	}
+	for _, tb := range st.Tables {
+		if exact := tb.Table == "messages" || tb.Table == "dead_letters"; tb.RowsExact != exact {
+			t.Errorf("table %s: rows exact = %v without ExactCounts", tb.Table, tb.RowsExact)
+		}
+	}
+}
+
+func TestStatus_EmptySchema(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	st, err := admin.Status(context.Background(), db.Pool, db.Name, admin.StatusOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Destinations) != 0 || len(st.Leases) != 0 || st.DeadLetters.Total != 0 || len(st.Tables) != 4 {
+		t.Errorf("empty schema: %+v", st)
+	}
+}
