@@ -229,7 +229,7 @@ func cmdDeadList(ctx context.Context, args, environ []string, stdout, stderr io.
 	fs := newFlagSet("dead list [--topic T] [--key K] [--reason R] [--error TEXT] [--since T] [--id N] [--limit N] [--json]",
 		"List dead letters, oldest first, without their payloads.", stderr)
 	var f admin.DeadFilter
-	deadFilterFlags(fs, &f, 50, "show at most `n` dead letters; 0 shows all")
+	deadFilterFlags(fs.FlagSet, &f, 50, "show at most `n` dead letters; 0 shows all")
 	asJSON := fs.Bool("json", false, "print JSON (for scripts)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -270,7 +270,7 @@ func cmdDeadRetry(ctx context.Context, args, environ []string, stdout, stderr io
 		"Move dead letters back to the hot table as new rows (attempts 0, due now), keeping their payload, headers,\n"+
 			"keys, destination and created_at. Dead letters whose idempotency key is pending or already delivered stay.", stderr)
 	var opts admin.RetryDeadOptions
-	deadFilterFlags(fs, &opts.DeadFilter, 0, "retry at most `n` dead letters, oldest first; 0 retries every match")
+	deadFilterFlags(fs.FlagSet, &opts.DeadFilter, 0, "retry at most `n` dead letters, oldest first; 0 retries every match")
 	fs.BoolVar(&opts.All, "all", false, "retry every dead letter when no filter is given")
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "count what would be retried, change nothing")
 	if err := parseFlags(fs, args); err != nil {
@@ -319,7 +319,7 @@ func cmdDeadPurge(ctx context.Context, args, environ []string, stdout, stderr io
 	fs := newFlagSet("dead purge [--topic T] [--key K] [--reason R] [--error TEXT] [--since T] [--id N] [--limit N] [--all] [--dry-run]",
 		"Delete dead letters for good.", stderr)
 	var opts admin.PurgeDeadOptions
-	deadFilterFlags(fs, &opts.DeadFilter, 0, "purge at most `n` dead letters, oldest first; 0 purges every match")
+	deadFilterFlags(fs.FlagSet, &opts.DeadFilter, 0, "purge at most `n` dead letters, oldest first; 0 purges every match")
 	fs.BoolVar(&opts.All, "all", false, "purge every dead letter when no filter is given")
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "count what would be purged, change nothing")
 	if err := parseFlags(fs, args); err != nil {

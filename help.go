@@ -74,33 +74,43 @@ func printEnvReference(w io.Writer) {
 	}
 }
 
-// newFlagSet returns a flag set whose -h prints usage and summary.
-func newFlagSet(usage, summary string, stderr io.Writer) *flag.FlagSet {
+// flagSet is a subcommand's flags and the usage text -h prints.
+type flagSet struct {
+	*flag.FlagSet
+	usage func()
+}
+
+// newFlagSet returns the flag set of one subcommand. The flag package prints
+// nothing itself: parseFlags prints usage for -h, and run prints mistakes.
+func newFlagSet(usage, summary string, stderr io.Writer) *flagSet {
 	fs := flag.NewFlagSet(strings.Fields(usage)[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, usage: func() {
 		fmt.Fprintf(stderr, "Usage: outbox-relay %s\n\n%s\n", usage, summary)
 		hasFlags := false
 		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
 		if hasFlags {
 			fmt.Fprintln(stderr, "\nFlags:")
+			fs.SetOutput(stderr)
 			fs.PrintDefaults()
+			fs.SetOutput(io.Discard)
 		}
-	}
-	return fs
+	}}
 }
 
-// parseFlags parses args, turning -h into errHelpShown and other mistakes
-// into usage errors.
-func parseFlags(fs *flag.FlagSet, args []string) error {
+// parseFlags parses args, printing usage for -h (errHelpShown) and turning
+// other mistakes into usage errors.
+func parseFlags(fs *flagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
+			fs.usage()
 			return errHelpShown
 		}
-		return usageError{err}
+		return usageError{fmt.Errorf("%w (outbox-relay %s -h lists the flags)", err, fs.Name())}
 	}
 	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+		return usageError{fmt.Errorf("unexpected argument %q (outbox-relay %s -h lists the flags)", fs.Arg(0), fs.Name())}
 	}
 	return nil
 }

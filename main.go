@@ -119,7 +119,7 @@ func cmdVersion(_ context.Context, args, _ []string, stdout, stderr io.Writer) e
 
 func cmdMigrate(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("migrate [--print]", "Apply the relay's migrations to RELAY_SCHEMA (advisory-locked; safe with several replicas), or print them.", stderr)
-	print := fs.Bool("print", false, "print the SQL for RELAY_SCHEMA instead of applying it (no database needed)")
+	printSQL := fs.Bool("print", false, "print the SQL for RELAY_SCHEMA instead of applying it (no database needed)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func cmdMigrate(ctx context.Context, args, environ []string, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
-	if *print {
+	if *printSQL {
 		sql, err := migrations.Render(c.Schema)
 		if err != nil {
 			return err
