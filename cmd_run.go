@@ -71,23 +71,32 @@ func cmdRun(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	if err := metrics.Register(registry); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
+	if s, ok := sinkMap["nats"].(*natssink.Sink); ok && c.NatsJetStream {
+		problems := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outbox_relay_jetstream_problem",
+			Help: "1 when the start-up check found a problem: no_stream (no stream captures NATS_SUBJECT_PREFIX>) or short_dedup_window (the stream's duplicate window is shorter than RELAY_LEASE + RELAY_BACKOFF_MAX).",
+		}, []string{"problem"})
+		registry.MustRegister(problems)
+		go checkJetStream(ctx, s, c, problems, log)
+	}
 	r, err := relay.New(pool, relay.Config{
-		Schema:           c.Schema,
-		ID:               c.ID,
-		Sinks:            sinkMap,
-		DefaultSink:      c.Sink,
-		BatchSize:        c.BatchSize,
-		MaxInFlight:      c.MaxInFlight,
-		PollInterval:     c.PollInterval,
-		Lease:            c.Lease,
-		MaxAttempts:      c.MaxAttempts,
-		BackoffMin:       c.BackoffMin,
-		BackoffMax:       c.BackoffMax,
-		DrainTimeout:     c.DrainTimeout,
-		ArchiveRetention: forever(c.ArchiveRetention),
-		DedupRetention:   forever(c.DedupRetention),
-		Logger:           log,
-		Metrics:          metrics,
+		Schema:            c.Schema,
+		ID:                c.ID,
+		Sinks:             sinkMap,
+		DefaultSink:       c.Sink,
+		BatchSize:         c.BatchSize,
+		MaxInFlight:       c.MaxInFlight,
+		PollInterval:      c.PollInterval,
+		Lease:             c.Lease,
+		MaxAttempts:       c.MaxAttempts,
+		BackoffMin:        c.BackoffMin,
+		BackoffMax:        c.BackoffMax,
+		DrainTimeout:      c.DrainTimeout,
+		ArchiveRetention:  forever(c.ArchiveRetention),
+		DedupRetention:    forever(c.DedupRetention),
+		CloudEventsSource: c.CloudEvents,
+		Logger:            log,
+		Metrics:           metrics,
 	})
 	if err != nil {
 		return err
@@ -101,6 +110,40 @@ func cmdRun(ctx context.Context, args, environ []string, stdout, stderr io.Write
 		defer stopHTTP()
 	}
 	return r.Run(ctx)
+}
+
+// checkJetStream warns when no stream captures the relay's subjects, or when
+// the capturing stream's duplicate window is too short to drop a message
+// that is re-sent after a lease expiry or the longest retry delay. It runs in
+// the background: it waits for NATS without holding up the start.
+func checkJetStream(ctx context.Context, s *natssink.Sink, c config, problems *prometheus.GaugeVec, log *slog.Logger) {
+	problems.WithLabelValues("no_stream").Set(0)
+	problems.WithLabelValues("short_dedup_window").Set(0)
+	if c.NatsSubjectPrefix == "" {
+		log.Info("NATS_SUBJECT_PREFIX is empty, so the start-up check cannot tell which stream captures the topics; publishes to a subject no stream captures are retried and logged")
+		return
+	}
+	subject := c.NatsSubjectPrefix + ">"
+	check, err := s.CheckStream(ctx, subject)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("JetStream check failed", "subject", subject, "err", err)
+		}
+		return
+	}
+	if check.Stream == "" {
+		problems.WithLabelValues("no_stream").Set(1)
+		log.Warn("no JetStream stream captures the relay's subjects: every publish will fail and be retried until one does",
+			"subject", subject)
+		return
+	}
+	if need := c.Lease + c.BackoffMax; check.Duplicates < need {
+		problems.WithLabelValues("short_dedup_window").Set(1)
+		log.Warn("the stream's duplicate window is shorter than RELAY_LEASE + RELAY_BACKOFF_MAX: a message re-sent after a lease expiry or a long retry delay may be stored twice; raise the stream's duplicate window or lower RELAY_BACKOFF_MAX, and let consumers dedupe by Nats-Msg-Id",
+			"stream", check.Stream, "duplicate_window", check.Duplicates, "lease_plus_backoff_max", need)
+		return
+	}
+	log.Info("JetStream stream captures the relay's subjects", "stream", check.Stream, "subject", subject, "duplicate_window", check.Duplicates)
 }
 
 // forever maps the environment's 0 (keep forever) to the relay's negative.
@@ -137,7 +180,10 @@ func openSinks(ctx context.Context, c config, log *slog.Logger) (map[string]sink
 		m["nats"] = s
 		closers = append(closers, s.Close)
 		if c.NatsStream != "" {
-			if err := s.EnsureStream(ctx, c.NatsStream, c.NatsSubjectPrefix); err != nil {
+			// A window that covers a lease and the longest retry delay, so
+			// that the start-up check is satisfied with the stream it made.
+			window := max(2*time.Minute, c.Lease+c.BackoffMax)
+			if err := s.EnsureStream(ctx, c.NatsStream, c.NatsSubjectPrefix, window); err != nil {
 				closeAll()
 				return nil, nil, err
 			}

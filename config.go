@@ -40,12 +40,13 @@ type config struct {
 	DrainTimeout     time.Duration `env:"RELAY_DRAIN_TIMEOUT" envDefault:"10s" doc:"At SIGTERM, how long in-flight deliveries may finish; then they are released for the next relay." allowed:"a duration of 0 or more"`
 	ArchiveRetention time.Duration `env:"RELAY_ARCHIVE_RETENTION" envDefault:"168h" doc:"How long delivered rows stay in the archive table. 0 keeps them forever." allowed:"a duration of 0 or more, like 168h"`
 	DedupRetention   time.Duration `env:"RELAY_DEDUP_RETENTION" envDefault:"168h" doc:"How long delivered idempotency keys are remembered: a row inserted again with such a key is archived as a duplicate, not sent. 0 keeps them forever." allowed:"a duration of 0 or more, like 168h"`
+	CloudEvents      string        `env:"RELAY_CLOUDEVENTS_SOURCE" doc:"When set, every message also carries CloudEvents 1.0 binary-mode headers: ce-specversion, ce-id (the idempotency key), ce-type (the topic), ce-source (this value) and ce-time (created_at). Headers a row sets itself are kept." allowed:"a URI reference, like /orders-service or https://example.com/orders"`
 	HTTPAddr         string        `env:"RELAY_HTTP_ADDR" envDefault:":9090" doc:"Listen address of /metrics, /livez and /readyz. Empty disables the endpoint." allowed:"host:port, like :9090 or 127.0.0.1:0, or empty"`
 
 	NatsURL           string        `env:"NATS_URL" doc:"NATS server URL(s), comma-separated; enables the nats sink. Credentials may be embedded (nats://user:pass@host:4222); they are never logged." allowed:"nats://, tls://, ws:// or wss:// URLs"`
 	NatsJetStream     bool          `env:"NATS_JETSTREAM" envDefault:"true" doc:"Publish to JetStream and wait for each PubAck. false: core NATS, publish and flush (no persistence, no dedup)." allowed:"true or false"`
 	NatsSubjectPrefix string        `env:"NATS_SUBJECT_PREFIX" doc:"Prepended to the topic to form the subject, like events. for events.orders.created." allowed:"empty, or subject tokens ending with a dot"`
-	NatsStream        string        `env:"NATS_STREAM" doc:"When set, create this JetStream stream at start, capturing NATS_SUBJECT_PREFIX + '>', unless it exists (existing streams are never changed). For quick starts; manage production streams yourself." allowed:"a stream name (letters, digits, - and _); needs NATS_SUBJECT_PREFIX"`
+	NatsStream        string        `env:"NATS_STREAM" doc:"When set, create this JetStream stream at start, capturing NATS_SUBJECT_PREFIX + '>' with a duplicate window of RELAY_LEASE + RELAY_BACKOFF_MAX, unless it exists (existing streams are never changed). For quick starts; manage production streams yourself." allowed:"a stream name (letters, digits, - and _); needs NATS_SUBJECT_PREFIX"`
 	NatsAckTimeout    time.Duration `env:"NATS_ACK_TIMEOUT" envDefault:"5s" doc:"How long to wait for one JetStream PubAck before the message is retried." allowed:"a positive duration below RELAY_LEASE"`
 
 	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" doc:"Log level." allowed:"debug, info, warn or error"`
@@ -167,6 +168,11 @@ func (c *config) validate() error {
 		return c.refuse("RELAY_ARCHIVE_RETENTION", "negative")
 	case c.DedupRetention < 0:
 		return c.refuse("RELAY_DEDUP_RETENTION", "negative")
+	}
+	if c.CloudEvents != "" {
+		if u, err := url.Parse(c.CloudEvents); err != nil || strings.ContainsAny(c.CloudEvents, " \t\r\n") || u.String() == "" {
+			return c.refuse("RELAY_CLOUDEVENTS_SOURCE", "not a URI reference")
+		}
 	}
 	if c.HTTPAddr != "" {
 		if _, port, err := net.SplitHostPort(c.HTTPAddr); err != nil {

@@ -18,6 +18,7 @@ var commands = []struct{ name, summary string }{
 	{"dead", "list, retry or purge dead letters: dead list|retry|purge"},
 	{"replay", "send delivered (archived) rows again"},
 	{"cancel", "move pending rows of a key or topic to the dead letters"},
+	{"healthcheck", "probe /readyz (for Docker's HEALTHCHECK); exit 0 when ready"},
 	{"bench", "measure drain rate or latency against a scratch schema"},
 	{"version", "print the version"},
 	{"help", "print this help"},

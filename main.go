@@ -91,6 +91,8 @@ func command(name string) (commandFunc, error) {
 		return cmdVersion, nil
 	case "bench":
 		return cmdBench, nil
+	case "healthcheck":
+		return cmdHealthcheck, nil
 	case "status":
 		return cmdStatus, nil
 	case "dead":

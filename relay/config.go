@@ -23,6 +23,7 @@ const (
 	BackoffMaxDefault       = time.Hour
 	DrainTimeoutDefault     = 10 * time.Second
 	ArchiveRetentionDefault = 7 * 24 * time.Hour
+	StatsIntervalDefault    = 10 * time.Second
 	DedupRetentionDefault   = 7 * 24 * time.Hour
 )
 
@@ -63,6 +64,14 @@ type Config struct {
 	// delivered idempotency keys are kept (RELAY_ARCHIVE_RETENTION,
 	// RELAY_DEDUP_RETENTION); a negative value keeps them forever.
 	ArchiveRetention, DedupRetention time.Duration
+	// StatsInterval is how often the backlog gauges are refreshed from the
+	// database. Default StatsIntervalDefault.
+	StatsInterval time.Duration
+	// CloudEventsSource, when set, adds CloudEvents binary-mode headers to
+	// every message (RELAY_CLOUDEVENTS_SOURCE): ce-specversion 1.0, ce-id =
+	// idempotency key, ce-type = topic, ce-source = this, ce-time =
+	// created_at. Headers the row sets itself are kept.
+	CloudEventsSource string
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Metrics receives the relay's measurements. Default: a private set that
@@ -116,6 +125,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DedupRetention == 0 {
 		c.DedupRetention = DedupRetentionDefault
+	}
+	if c.StatsInterval == 0 {
+		c.StatsInterval = StatsIntervalDefault
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -69,6 +69,9 @@ func (r *Relay) deliver(ctx context.Context, name string, batch []claimed, deadl
 			continue
 		}
 		msgs = append(msgs, batch[i].Message)
+		if r.cfg.CloudEventsSource != "" {
+			addCloudEvents(&msgs[len(msgs)-1], r.cfg.CloudEventsSource)
+		}
 	}
 	if len(msgs) > 0 {
 		dctx, cancel := context.WithDeadline(ctx, deadline)

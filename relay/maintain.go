@@ -6,9 +6,8 @@ import (
 	"time"
 )
 
-// Periods of the background work.
+// Retention runs this often, deleting this many rows per statement.
 const (
-	statsInterval     = 10 * time.Second
 	retentionInterval = time.Minute
 	retentionChunk    = 5000
 )
@@ -16,7 +15,7 @@ const (
 // maintain refreshes the backlog gauges and enforces retention until ctx
 // ends. Failures are logged and counted; the next round tries again.
 func (r *Relay) maintain(ctx context.Context) {
-	stats := time.NewTicker(statsInterval)
+	stats := time.NewTicker(r.cfg.StatsInterval)
 	defer stats.Stop()
 	retention := time.NewTicker(retentionInterval)
 	defer retention.Stop()
@@ -33,8 +32,9 @@ func (r *Relay) maintain(ctx context.Context) {
 	}
 }
 
-// refreshStats sets the backlog, oldest-due-age, backoff and dead-letter
-// gauges from one scan of the hot table.
+// refreshStats sets the backlog, oldest-due-age, backoff, dead-letter, dead
+// tuple and lock-wait gauges: one scan of the hot table and one look at the
+// catalog.
 func (r *Relay) refreshStats(ctx context.Context) {
 	if err := r.queryStats(ctx); err != nil && ctx.Err() == nil {
 		r.metrics.StatsErrors.Inc()
@@ -69,10 +69,12 @@ func (r *Relay) queryStats(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("query backlog: %w", err)
 	}
-	var dead int64
-	if err := r.pool.QueryRow(ctx, r.q.deadLettersCount).Scan(&dead); err != nil {
-		return fmt.Errorf("count dead letters: %w", err)
+	var dead, deadTuples, lockWaits int64
+	if err := r.pool.QueryRow(ctx, r.q.tableHealth, r.cfg.Schema).Scan(&dead, &deadTuples, &lockWaits); err != nil {
+		return fmt.Errorf("read table health: %w", err)
 	}
+	r.metrics.HotTableDeadTuples.Set(float64(deadTuples))
+	r.metrics.LockWaits.Set(float64(lockWaits))
 	r.metrics.Backlog.Reset()
 	for sink, n := range backlog {
 		r.metrics.Backlog.WithLabelValues(sink).Set(n)

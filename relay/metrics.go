@@ -29,12 +29,14 @@ type Metrics struct {
 	SettleErrors    prometheus.Counter
 	SinkAvailable   *prometheus.GaugeVec
 
-	Backlog          *prometheus.GaugeVec
-	OldestDueAge     prometheus.Gauge
-	InBackoff        prometheus.Gauge
-	DeadLetters      prometheus.Gauge
-	StatsErrors      prometheus.Counter
-	RetentionDeleted *prometheus.CounterVec
+	Backlog            *prometheus.GaugeVec
+	OldestDueAge       prometheus.Gauge
+	InBackoff          prometheus.Gauge
+	DeadLetters        prometheus.Gauge
+	HotTableDeadTuples prometheus.Gauge
+	LockWaits          prometheus.Gauge
+	StatsErrors        prometheus.Counter
+	RetentionDeleted   *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered collectors.
@@ -112,6 +114,14 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "dead_letters",
 			Help: "Rows in the dead-letter table.",
 		}),
+		HotTableDeadTuples: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "hot_table_dead_tuples",
+			Help: "Dead tuples in the messages table (pg_stat_user_tables): growing means vacuum falls behind and claims slow down.",
+		}),
+		LockWaits: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "lock_waits",
+			Help: "Lock requests on the messages table waiting at the last refresh (claims, producers, vacuum contending).",
+		}),
 		StatsErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Name: "stats_errors_total",
 			Help: "Failed refreshes of the backlog gauges.",
@@ -128,8 +138,8 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{
 		m.Messages, m.ClaimDuration, m.ClaimRows, m.ClaimErrors, m.LeaseRescues, m.LeaseLost,
 		m.InFlight, m.DeliveryLatency, m.DeliverDuration, m.SettleDuration, m.SettleErrors,
-		m.SinkAvailable, m.Backlog, m.OldestDueAge, m.InBackoff, m.DeadLetters, m.StatsErrors,
-		m.RetentionDeleted,
+		m.SinkAvailable, m.Backlog, m.OldestDueAge, m.InBackoff, m.DeadLetters, m.HotTableDeadTuples,
+		m.LockWaits, m.StatsErrors, m.RetentionDeleted,
 	} {
 		if err := reg.Register(c); err != nil {
 			return err

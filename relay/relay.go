@@ -54,6 +54,17 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("relay config: %w", err)
 	}
+	// Export every series from the start, so that rates and alerts work
+	// before the first event.
+	for name := range cfg.Sinks {
+		for _, o := range []string{outcomeDelivered, outcomeRetried, outcomeDeadLettered, outcomeDeduplicated, outcomeReleased} {
+			cfg.Metrics.Messages.WithLabelValues(name, o)
+		}
+		cfg.Metrics.InFlight.WithLabelValues(name)
+	}
+	for _, table := range []string{"archive", "delivered_keys"} {
+		cfg.Metrics.RetentionDeleted.WithLabelValues(table)
+	}
 	return &Relay{
 		cfg:      cfg,
 		pool:     pool,

@@ -114,14 +114,22 @@ SELECT coalesce(destination, $1),
           FROM %[1]s.messages) AS m
  GROUP BY 1`
 
-// queryDeadLettersCount counts the dead letters.
-const queryDeadLettersCount = `SELECT count(*) FROM %[1]s.dead_letters`
+// queryTableHealth counts the dead letters, the hot table's dead tuples (a
+// sign that vacuum falls behind) and the lock requests waiting on it now
+// (contention between claims, producers and vacuum). $1 is the plain schema
+// name.
+const queryTableHealth = `
+SELECT (SELECT count(*) FROM %[1]s.dead_letters),
+       coalesce((SELECT n_dead_tup FROM pg_catalog.pg_stat_user_tables
+                  WHERE schemaname = $1 AND relname = 'messages'), 0),
+       (SELECT count(*) FROM pg_catalog.pg_locks
+         WHERE NOT granted AND relation = '%[1]s.messages'::regclass)`
 
 // queries holds the statements rendered for one schema.
 type queries struct {
 	claim, archive, requeue, deadLetter     string
 	deleteExpiredArchive, deleteExpiredKeys string
-	stats, deadLettersCount                 string
+	stats, tableHealth                      string
 }
 
 func renderQueries(schema string) queries {
@@ -135,6 +143,6 @@ func renderQueries(schema string) queries {
 		deleteExpiredArchive: f(queryArchiveDeleteExpired),
 		deleteExpiredKeys:    f(queryDeliveredKeysDeleteExpired),
 		stats:                f(queryMessagesStats),
-		deadLettersCount:     f(queryDeadLettersCount),
+		tableHealth:          f(queryTableHealth),
 	}
 }

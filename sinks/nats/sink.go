@@ -238,10 +238,13 @@ func (s *Sink) Close() error {
 
 var errNotConnected = fmt.Errorf("%w: not connected to NATS", sinks.ErrNotAttempted)
 
-// classify marks the errors no retry can fix as permanent.
+// classify marks the errors no retry can fix as permanent, and explains a
+// missing stream.
 func classify(err error) error {
 	var apiErr *jetstream.APIError
 	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse):
+		return fmt.Errorf("no JetStream stream captures this subject (create one, or set NATS_SUBJECT_PREFIX to the subjects a stream captures): %w", err)
 	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject), errors.Is(err, nats.ErrHeadersNotSupported):
 		return sinks.Permanent(err)
 	case errors.As(err, &apiErr) && permanentAPIErrors[apiErr.ErrorCode]:

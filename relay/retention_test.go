@@ -1,0 +1,67 @@
+package relay
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/sinks"
+)
+
+type nopSink struct{}
+
+func (nopSink) Deliver(_ context.Context, msgs []sinks.Message) []error { return make([]error, len(msgs)) }
+
+func TestRetention_DeletesOnlyExpiredRowsInChunks(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	// 12k archived rows a week and a day old, 10 fresh; the same for keys.
+	db.Exec(t, `INSERT INTO %s.archive (id, topic, payload, idempotency_key, created_at, attempts, delivered_at)
+	            SELECT i, 't', 'x', 'k' || i, now(), 1, now() - CASE WHEN i <= 12000 THEN interval '8 days' ELSE interval '1 hour' END
+	              FROM generate_series(1, 12010) AS i`)
+	db.Exec(t, `INSERT INTO %s.delivered_keys (idempotency_key, delivered_at)
+	            SELECT 'k' || i, now() - CASE WHEN i <= 12000 THEN interval '8 days' ELSE interval '1 hour' END
+	              FROM generate_series(1, 12010) AS i`)
+	r, err := New(db.Pool, Config{
+		Schema: db.Name, Sinks: map[string]sinks.Sink{"nats": nopSink{}},
+		ArchiveRetention: 7 * 24 * time.Hour, DedupRetention: 7 * 24 * time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.enforceRetention(context.Background())
+	if got := db.Count(t, "archive"); got != 10 {
+		t.Errorf("archive holds %d rows after retention, want the 10 fresh ones", got)
+	}
+	if got := db.Count(t, "delivered_keys"); got != 10 {
+		t.Errorf("delivered_keys holds %d rows after retention, want 10", got)
+	}
+	if got := testutil.ToFloat64(r.metrics.RetentionDeleted.WithLabelValues("archive")); got != 12000 {
+		t.Errorf("retention_deleted_total{table=archive} = %v, want 12000", got)
+	}
+
+	// A negative retention keeps everything.
+	db.Exec(t, `UPDATE %s.archive SET delivered_at = now() - interval '1000 days'`)
+	r.cfg.ArchiveRetention = -1
+	r.enforceRetention(context.Background())
+	if got := db.Count(t, "archive"); got != 10 {
+		t.Errorf("archive holds %d rows with retention off, want 10", got)
+	}
+}
+
+func TestBackoff_DoublesWithJitterUpToTheMaximum(t *testing.T) {
+	for attempt, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 30: time.Minute} {
+		for range 50 {
+			d := backoff(attempt, time.Second, time.Minute)
+			if d < want*8/10 || d > want*12/10 {
+				t.Fatalf("backoff(%d) = %s, want %s ± 20%%", attempt, d, want)
+			}
+		}
+	}
+}
