@@ -15,7 +15,9 @@ import (
 
 type nopSink struct{}
 
-func (nopSink) Deliver(_ context.Context, msgs []sinks.Message) []error { return make([]error, len(msgs)) }
+func (nopSink) Deliver(_ context.Context, msgs []sinks.Message) []error {
+	return make([]error, len(msgs))
+}
 
 func TestRetention_DeletesOnlyExpiredRowsInChunks(t *testing.T) {
 	t.Parallel()
