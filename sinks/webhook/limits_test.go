@@ -144,8 +144,10 @@ func TestSink_ConcurrencyIsBoundedAcrossDeliverCalls(t *testing.T) {
 	msgs := sinktest.Messages(t, 40)
 	var wg sync.WaitGroup
 	errs := make([][]error, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	for g := range 4 {
-		wg.Go(func() { errs[g] = deliver(t, s, msgs[g*10:(g+1)*10]) })
+		wg.Go(func() { errs[g] = s.Deliver(ctx, msgs[g*10:(g+1)*10]) })
 	}
 	inFlight := func() int {
 		e.mu.Lock()
@@ -163,6 +165,9 @@ func TestSink_ConcurrencyIsBoundedAcrossDeliverCalls(t *testing.T) {
 	close(release)
 	wg.Wait()
 	for g := range errs {
+		if len(errs[g]) != 10 {
+			t.Fatalf("Deliver %d: %d outcomes for 10 messages", g, len(errs[g]))
+		}
 		for i, err := range errs[g] {
 			if err != nil {
 				t.Errorf("Deliver %d, message %d: %v", g, i, err)
