@@ -108,3 +108,26 @@ func TestSink_WebhookIDStableAcrossRetries(t *testing.T) {
 		}
 	}
 }
+
+func TestReadmeVerify_RejectsForgeries(t *testing.T) {
+	e := newEndpoint(t, 1)
+	s := newSink(t, e, nil)
+	if err := deliverOne(t, s, message(t, nil)); err != nil {
+		t.Fatal(err)
+	}
+	r := e.Requests()[0]
+	if err := verify(e.secrets[0], r.header, r.body); err != nil {
+		t.Fatalf("genuine request: %v", err)
+	}
+	if err := verify(newSecret(t), r.header, r.body); err == nil {
+		t.Error("another secret verified")
+	}
+	if err := verify(e.secrets[0], r.header, append(r.body, ' ')); err == nil {
+		t.Error("a changed body verified")
+	}
+	old := r.header.Clone()
+	old.Set("webhook-timestamp", strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10))
+	if err := verify(e.secrets[0], old, r.body); err == nil {
+		t.Error("an hour-old timestamp verified")
+	}
+}
