@@ -40,6 +40,8 @@ type StatusError struct {
 	Location string
 }
 
+// Error names the status, where a redirect pointed and the start of the
+// body.
 func (e *StatusError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "webhook responded %d %s", e.StatusCode, http.StatusText(e.StatusCode))
