@@ -3,10 +3,11 @@
 //
 // JetStream publishing is asynchronous: a batch is published without waiting,
 // then every PubAck is awaited, and only an acknowledged message counts as
-// delivered. Each message carries Nats-Msg-Id = its idempotency key, so the
-// stream drops a re-sent message within its duplicate window; a duplicate ack
-// counts as delivered. Row headers become NATS headers and the subject is
-// NATS_SUBJECT_PREFIX followed by the topic.
+// delivered. Each message carries Nats-Msg-Id = its idempotency key (in core
+// NATS too, for consumers that drop duplicates themselves), so the stream
+// drops a re-sent message within its duplicate window; a duplicate ack counts
+// as delivered. Row headers become NATS headers, except that a row cannot set
+// Nats-Msg-Id, and the subject is NATS_SUBJECT_PREFIX followed by the topic.
 //
 // A message the server can never take (larger than its max_payload or the
 // stream's max_msg_size, an invalid subject) is a permanent failure. The
@@ -45,7 +46,8 @@ type Config struct {
 	JetStream bool
 	// SubjectPrefix is prepended to every topic (NATS_SUBJECT_PREFIX).
 	SubjectPrefix string
-	// AckTimeout bounds the wait for one PubAck (NATS_ACK_TIMEOUT). Default
+	// AckTimeout bounds the wait for one PubAck (NATS_ACK_TIMEOUT), and the
+	// core NATS flush when Deliver's context has no deadline. Default
 	// AckTimeoutDefault.
 	AckTimeout time.Duration
 	// MaxPending bounds asynchronous publishes awaiting an ack. Default
@@ -126,6 +128,9 @@ func (s *Sink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
 	if !s.nc.IsConnected() {
 		return sinks.Fill(errs, errNotConnected)
 	}
+	if err := ctx.Err(); err != nil {
+		return sinks.Fill(errs, fmt.Errorf("%w: %w", sinks.ErrNotAttempted, err))
+	}
 	if s.js == nil {
 		return s.deliverCore(ctx, msgs, errs)
 	}
@@ -140,7 +145,6 @@ func (s *Sink) deliverJetStream(ctx context.Context, msgs []sinks.Message, errs 
 			errs[i] = err
 			continue
 		}
-		m.Header.Set(jetstream.MsgIDHeader, msgs[i].IdempotencyKey)
 		f, err := s.js.PublishMsgAsync(m)
 		if err != nil {
 			errs[i] = classify(fmt.Errorf("publish: %w", err))
@@ -187,6 +191,12 @@ func (s *Sink) deliverCore(ctx context.Context, msgs []sinks.Message, errs []err
 	if !published {
 		return errs
 	}
+	if _, ok := ctx.Deadline(); !ok {
+		// FlushWithContext refuses a context without a deadline.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.AckTimeout)
+		defer cancel()
+	}
 	if err := s.nc.FlushWithContext(ctx); err != nil {
 		err = fmt.Errorf("flush: %w", err)
 		for i := range errs {
@@ -198,8 +208,8 @@ func (s *Sink) deliverCore(ctx context.Context, msgs []sinks.Message, errs []err
 	return errs
 }
 
-// natsMsg builds the NATS message for m, refusing what the server can never
-// accept.
+// natsMsg builds the NATS message for m, with Nats-Msg-Id set to its
+// idempotency key, refusing what the server can never accept.
 func (s *Sink) natsMsg(m *sinks.Message) (*nats.Msg, error) {
 	subject := s.cfg.SubjectPrefix + m.Topic
 	if err := ValidateSubject(subject); err != nil {
@@ -207,8 +217,14 @@ func (s *Sink) natsMsg(m *sinks.Message) (*nats.Msg, error) {
 	}
 	msg := &nats.Msg{Subject: subject, Data: m.Payload, Header: make(nats.Header, len(m.Headers)+1)}
 	for k, v := range m.Headers {
+		// NATS header names are case-sensitive but JetStream reads this
+		// one in any case: the row cannot replace the key.
+		if strings.EqualFold(k, jetstream.MsgIDHeader) {
+			continue
+		}
 		msg.Header[k] = []string{v}
 	}
+	msg.Header[jetstream.MsgIDHeader] = []string{m.IdempotencyKey}
 	if max := s.nc.MaxPayload(); max > 0 && int64(len(m.Payload)) > max {
 		return nil, sinks.Permanent(fmt.Errorf("payload of %d bytes exceeds the NATS server's max_payload of %d bytes", len(m.Payload), max))
 	}
@@ -259,12 +275,17 @@ var permanentAPIErrors = map[jetstream.ErrorCode]bool{
 	10097: true, // header size exceeds maximum allowed
 }
 
-// Redact removes passwords and tokens from a NATS URL list, for logs.
+// Redact removes passwords and tokens from a NATS URL list, for logs. A URL
+// without a scheme is read as nats://, as the client does.
 func Redact(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
-		u, err := url.Parse(strings.TrimSpace(p))
-		if err != nil {
+		p = strings.TrimSpace(p)
+		if !strings.Contains(p, "://") {
+			p = "nats://" + p
+		}
+		u, err := url.Parse(p)
+		if err != nil || u.Opaque != "" {
 			parts[i] = "(unparsable URL)"
 			continue
 		}

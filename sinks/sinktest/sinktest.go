@@ -1,0 +1,57 @@
+// Package sinktest is the conformance suite every sink passes: payloads byte
+// for byte, headers passed through, a stable idempotency key, one outcome per
+// message in order, context cancellation, concurrent use, and never a
+// message reported delivered that the destination does not have.
+//
+// A sink's own tests call Run with a Harness that creates the sink and a view
+// of its destination (a real in-process server: an httptest server, a NATS
+// server). Failure classification is specific to each destination and stays
+// in each sink's own tests. The package is imported only from _test files.
+package sinktest
+
+import (
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/sinks"
+)
+
+// Harness tells the suite how to set up a sink and observe its destination.
+type Harness struct {
+	// New returns a fresh sink and its own destination, both cleaned up with
+	// t. It is called once per subtest; subtests run in parallel.
+	New func(t *testing.T) (sinks.Sink, Destination)
+	// Reject, when set, changes m so that it fails permanently (the
+	// destination or the sink refuses it for good), for checking that
+	// outcomes line up with their messages.
+	Reject func(m *sinks.Message)
+}
+
+// Destination is the far end of a sink, as the suite observes it.
+type Destination interface {
+	// Received returns the messages the destination has durably accepted so
+	// far (stored in a stream, answered with a 2xx, handed to a subscriber),
+	// in the order it accepted them. A duplicate it kept twice appears twice.
+	Received(t testing.TB) []Received
+}
+
+// Breaker is implemented by a Destination that can be made to accept
+// nothing more: stopped, unreachable, or refusing every message.
+type Breaker interface {
+	// Break makes the destination accept no message from now on.
+	Break(t testing.TB)
+}
+
+// Received is one message as the destination saw it.
+type Received struct {
+	// Topic is the message's topic as the destination carries it (for NATS
+	// the subject without the configured prefix).
+	Topic string
+	// Payload is the body, byte for byte.
+	Payload []byte
+	// Headers are the headers that arrived, names as the destination saw
+	// them; the suite compares names without regard to case.
+	Headers map[string][]string
+	// IdempotencyKey is the key as the destination saw it (Nats-Msg-Id,
+	// webhook-id).
+	IdempotencyKey string
+}

@@ -1,0 +1,86 @@
+// Package webhook delivers outbox messages as HTTP POST requests to one
+// URL, signed as Standard Webhooks v1 (https://www.standardwebhooks.com).
+//
+// # What is sent
+//
+// The body is the row's payload, byte for byte. The request carries:
+//
+//	webhook-id         the row's idempotency key, verbatim: the same on every retry
+//	webhook-timestamp  unix seconds of this attempt
+//	webhook-signature  "v1,<base64 HMAC-SHA256(secret, id + "." + timestamp + "." + body)>",
+//	                   one per configured secret, separated by spaces (key rotation)
+//	Idempotency-Key    the idempotency key again, for receivers that use that header
+//	Outbox-Topic       the row's topic (the event type)
+//	User-Agent         Config.UserAgent
+//	Content-Type       see below
+//
+// and the row's headers (traceparent, tracestate, … unchanged), except those
+// a row can never set: the hop-by-hop and framing headers (Connection,
+// Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, Expect, Host,
+// Content-Length) and the ones above other than Content-Type. Those are
+// dropped from the row's headers; the sink's own values stand.
+//
+// The signature is computed right before each attempt, so its timestamp is
+// always fresh, while webhook-id never changes: receivers verify the
+// signature, reject stale timestamps and drop a webhook-id they have already
+// processed.
+//
+// # Content-Type
+//
+// The row's content-type header when it has one; otherwise application/json
+// when the payload is valid JSON (encoding/json's Valid), and
+// application/octet-stream for anything else, including an empty payload.
+// Rows that carry text or another JSON media type (application/cloudevents+json)
+// should say so in their headers.
+//
+// # Outcomes
+//
+//	2xx                                      delivered
+//	400 401 403 404 410 413 415 422          permanent: dead-lettered at once, with the
+//	                                         status and the start of the response body
+//	408 425 429 5xx, other 4xx               transient: retried with backoff
+//	3xx                                      transient: redirects are not followed
+//	timeout, connection error                transient
+//	context ended during the request         transient (never delivered)
+//
+// Redirects are not followed, so that a signed payload never goes to a URL
+// the operator did not configure (and a 301/302 would turn the POST into a
+// GET). A redirect says something about the endpoint's configuration, not
+// about the message, so it is transient rather than permanent: the rows wait
+// with backoff while the operator fixes WEBHOOK_URL (the error names the
+// Location), instead of all going to the dead letters at once. They still go
+// there after RELAY_MAX_ATTEMPTS. Other 4xx codes outside the permanent list
+// are transient for the same reason.
+//
+// A permanent error's text holds the status and at most 512 bytes of the
+// response body, as valid UTF-8 with control characters replaced by spaces.
+//
+// # Pauses
+//
+// A Retry-After header on a transient response (delta-seconds or an
+// HTTP-date, clamped to [0, Config.MaxRetryAfter]) makes that message's error
+// carry the delay (sinks.RetryAfter) and pauses the whole sink until then:
+// the destination asked for a break, not just for this message. While paused,
+// Available returns an error, so the relay claims nothing for the sink, and
+// Deliver sends nothing, reporting every message as not attempted
+// (sinks.ErrNotAttempted), which puts rows back without spending attempts.
+//
+// A small circuit breaker does the same for an endpoint that does not answer
+// at all: after 5 consecutive connection errors or timeouts the sink pauses
+// for 1s; while the first request after a pause fails the same way, the next
+// pause doubles, up to 30s. Any response, whatever its status, closes the
+// breaker. A dead endpoint thus costs the requests started right after each
+// pause (at most Config.Concurrency) instead of an attempt of every row, and
+// is used again within 30s of coming back. A request interrupted by its
+// caller's context does not count.
+//
+// # Limits
+//
+// Every request is bounded by Config.Timeout. At most Config.Concurrency
+// requests are in flight for the whole sink, however many Deliver calls run
+// at once. Deliver starts no request when its context's deadline is closer
+// than Config.Timeout (it could not finish in time); such messages, and those
+// left when the context ends or a pause begins, are reported not attempted.
+//
+// Payloads and secrets are never logged; Secret values print as redacted.
+package webhook

@@ -1,0 +1,120 @@
+package webhook_test
+
+import (
+	"net/url"
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/webhook"
+)
+
+func TestSink_RowHeadersCannotOverrideReserved(t *testing.T) {
+	e := newEndpoint(t, 1)
+	s := newSink(t, e, func(c *webhook.Config) { c.UserAgent = "outbox-relay/test" })
+	m := message(t, map[string]string{
+		"webhook-signature":   "v1,Zm9yZ2Vk",
+		"Webhook-Id":          "forged-id",
+		"webhook-timestamp":   "1",
+		"idempotency-key":     "forged-key",
+		"Host":                "evil.example",
+		"User-Agent":          "forged-agent",
+		"Content-Length":      "1",
+		"Transfer-Encoding":   "chunked",
+		"Connection":          "close",
+		"Keep-Alive":          "timeout=1",
+		"Proxy-Authorization": "Basic Zm9yZ2Vk",
+		"proxy-connection":    "close",
+		"TE":                  "trailers",
+		"Trailer":             "X-Forged",
+		"Upgrade":             "websocket",
+		"Expect":              "100-continue",
+		"Outbox-Topic":        "forged.topic",
+		"X-Custom":            "kept",
+		"traceparent":         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	})
+	if err := deliverOne(t, s, m); err != nil {
+		t.Fatal(err) // the endpoint also verified the signature
+	}
+	r := e.Requests()[0]
+	u, _ := url.Parse(e.srv.URL)
+	checks := []struct{ name, got, want string }{
+		{"Host", r.host, u.Host},
+		{"webhook-id", r.header.Get("webhook-id"), m.IdempotencyKey},
+		{"Idempotency-Key", r.header.Get("Idempotency-Key"), m.IdempotencyKey},
+		{"User-Agent", r.header.Get("User-Agent"), "outbox-relay/test"},
+		{"Outbox-Topic", r.header.Get("Outbox-Topic"), m.Topic},
+		{"Proxy-Authorization", r.header.Get("Proxy-Authorization"), ""},
+		{"Proxy-Connection", r.header.Get("Proxy-Connection"), ""},
+		{"Upgrade", r.header.Get("Upgrade"), ""},
+		{"Trailer", r.header.Get("Trailer"), ""},
+		{"Keep-Alive", r.header.Get("Keep-Alive"), ""},
+		{"Expect", r.header.Get("Expect"), ""},
+		{"X-Custom", r.header.Get("X-Custom"), "kept"},
+		{"traceparent", r.header.Get("traceparent"), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: received %q, want %q", c.name, c.got, c.want)
+		}
+	}
+	for _, name := range []string{"webhook-signature", "webhook-id", "webhook-timestamp", "Idempotency-Key", "User-Agent"} {
+		if n := len(r.header.Values(name)); n != 1 {
+			t.Errorf("%s sent %d times, want once", name, n)
+		}
+	}
+	if string(r.body) != string(m.Payload) {
+		t.Errorf("body %q, want %q", r.body, m.Payload)
+	}
+}
+
+func TestSink_InvalidRowHeaderIsPermanent(t *testing.T) {
+	e := newEndpoint(t, 1)
+	s := newSink(t, e, nil)
+	for _, h := range []map[string]string{
+		{"bad name": "v"},
+		{"": "v"},
+		{"x-ok": "line\r\nX-Injected: 1"},
+		{"x-ok": "nul\x00"},
+	} {
+		if err := deliverOne(t, s, message(t, h)); !sinks.IsPermanent(err) {
+			t.Errorf("headers %q: %v, want a permanent error", h, err)
+		}
+	}
+	if n := len(e.Requests()); n != 0 {
+		t.Errorf("%d requests sent with invalid headers", n)
+	}
+}
+
+func TestSink_ContentType(t *testing.T) {
+	e := newEndpoint(t, 1)
+	s := newSink(t, e, nil)
+	tests := []struct {
+		payload string
+		headers map[string]string
+		want    string
+	}{
+		{`{"order_id": 42}`, nil, "application/json"},
+		{" [1, 2, 3]\n", nil, "application/json"},
+		{`"a JSON string"`, nil, "application/json"},
+		{`42`, nil, "application/json"},
+		{`{"truncated": `, nil, "application/octet-stream"},
+		{"plain text", nil, "application/octet-stream"},
+		{"\x00\xff", nil, "application/octet-stream"},
+		{"", nil, "application/octet-stream"},
+		{`{"a": 1}`, map[string]string{"content-type": "application/cloudevents+json"}, "application/cloudevents+json"},
+		{"plain text", map[string]string{"Content-Type": "text/plain; charset=utf-8"}, "text/plain; charset=utf-8"},
+		{"\x00", map[string]string{"CONTENT-TYPE": "application/x-protobuf"}, "application/x-protobuf"},
+	}
+	for _, tt := range tests {
+		m := message(t, tt.headers)
+		m.Payload = []byte(tt.payload)
+		if err := deliverOne(t, s, m); err != nil {
+			t.Fatal(err)
+		}
+		reqs := e.Requests()
+		got := reqs[len(reqs)-1].header.Values("Content-Type")
+		if len(got) != 1 || got[0] != tt.want {
+			t.Errorf("payload %q, headers %v: Content-Type %q, want %q", tt.payload, tt.headers, got, tt.want)
+		}
+	}
+}
