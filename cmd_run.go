@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	natssink "github.com/outbox-relay/outbox-relay/sinks/nats"
+	"github.com/outbox-relay/outbox-relay/sinks/webhook"
 )
 
 // poolSize covers the relay's claimer, settlers and background queries.
@@ -188,6 +189,28 @@ func openSinks(ctx context.Context, c config, log *slog.Logger) (map[string]sink
 				return nil, nil, err
 			}
 		}
+	}
+	if c.WebhookURL != "" {
+		secrets, err := webhook.ParseSecrets(c.WebhookSecret)
+		if err != nil { // validated by loadConfig
+			closeAll()
+			return nil, nil, &configError{Var: "WEBHOOK_SECRET", Value: "(not shown: secret)", Reason: err.Error()}
+		}
+		s, err := webhook.New(webhook.Config{
+			URL:           c.WebhookURL,
+			Secrets:       secrets,
+			Timeout:       c.WebhookTimeout,
+			Concurrency:   c.WebhookConcurrency,
+			MaxRetryAfter: c.WebhookMaxRetryAfter,
+			UserAgent:     "outbox-relay/" + version,
+			Logger:        log,
+		})
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		m["webhook"] = s
+		closers = append(closers, s.Close)
 	}
 	return m, closeAll, nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/sinks/webhook"
 )
 
 // config is the whole configuration, read from the environment only. Each
@@ -27,7 +28,7 @@ type config struct {
 	DatabaseURL string `env:"DATABASE_URL" doc:"PostgreSQL connection string (pgx: URL or key=value). Required by every command but version, help and migrate --print." allowed:"a PostgreSQL connection string"`
 	Schema      string `env:"RELAY_SCHEMA" envDefault:"outbox" doc:"Schema of the relay's tables; every statement is qualified with it." allowed:"a lower-case identifier: letters, digits, underscores, not starting with a digit, at most 63 characters"`
 	Migrate     bool   `env:"RELAY_MIGRATE" envDefault:"true" doc:"Apply pending migrations at start, under an advisory lock (safe with several replicas). false: check the schema version and refuse to start when it is behind." allowed:"true or false"`
-	Sink        string `env:"RELAY_SINK" doc:"Sink for rows whose destination is null. Defaults to the only configured sink; required when several are configured." allowed:"the name of a configured sink: nats"`
+	Sink        string `env:"RELAY_SINK" doc:"Sink for rows whose destination is null. Defaults to the only configured sink; required when several are configured." allowed:"the name of a configured sink: nats or webhook"`
 	ID          string `env:"RELAY_ID" doc:"This relay's name in leases (leased_by) and logs. Default: hostname-pid." allowed:"up to 200 characters"`
 
 	BatchSize        int           `env:"RELAY_BATCH_SIZE" envDefault:"1000" doc:"Rows per claim." allowed:"an integer from 1 to 100000"`
@@ -48,6 +49,12 @@ type config struct {
 	NatsSubjectPrefix string        `env:"NATS_SUBJECT_PREFIX" doc:"Prepended to the topic to form the subject, like events. for events.orders.created." allowed:"empty, or subject tokens ending with a dot"`
 	NatsStream        string        `env:"NATS_STREAM" doc:"When set, create this JetStream stream at start, capturing NATS_SUBJECT_PREFIX + '>' with a duplicate window of RELAY_LEASE + RELAY_BACKOFF_MAX, unless it exists (existing streams are never changed). For quick starts; manage production streams yourself." allowed:"a stream name (letters, digits, - and _); needs NATS_SUBJECT_PREFIX"`
 	NatsAckTimeout    time.Duration `env:"NATS_ACK_TIMEOUT" envDefault:"5s" doc:"How long to wait for one JetStream PubAck before the message is retried." allowed:"a positive duration below RELAY_LEASE"`
+
+	WebhookURL           string        `env:"WEBHOOK_URL" doc:"Enables the webhook sink: every message for it is POSTed here, signed as Standard Webhooks. Credentials and query are never logged." allowed:"an http:// or https:// URL with a host"`
+	WebhookSecret        string        `env:"WEBHOOK_SECRET" doc:"Standard Webhooks signing secret(s); required with WEBHOOK_URL. Several, separated by spaces or commas, each sign every request (rotation). Never logged." allowed:"whsec_ followed by base64 of 24 to 64 bytes"`
+	WebhookTimeout       time.Duration `env:"WEBHOOK_TIMEOUT" envDefault:"10s" doc:"Per request, from connecting to reading the response status." allowed:"a positive duration; RELAY_LEASE must exceed it by 25%"`
+	WebhookConcurrency   int           `env:"WEBHOOK_CONCURRENCY" envDefault:"16" doc:"Requests in flight to WEBHOOK_URL, over all batches." allowed:"an integer from 1 to 1024"`
+	WebhookMaxRetryAfter time.Duration `env:"WEBHOOK_MAX_RETRY_AFTER" envDefault:"1h" doc:"Longest pause a Retry-After response header can impose on the webhook sink; longer values are cut to this." allowed:"a positive duration"`
 
 	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" doc:"Log level." allowed:"debug, info, warn or error"`
 	LogFormat string `env:"LOG_FORMAT" envDefault:"auto" doc:"Log format: auto is colored text on a terminal and JSON otherwise." allowed:"auto, text or json"`
@@ -213,6 +220,9 @@ func (c *config) validate() error {
 	if c.NatsURL != "" && c.NatsJetStream && !leaseCovers(c.Lease, c.NatsAckTimeout) {
 		return c.refuse("RELAY_LEASE", fmt.Sprintf("must exceed NATS_ACK_TIMEOUT=%s by 25%%", c.NatsAckTimeout))
 	}
+	if err := c.validateWebhook(); err != nil {
+		return err
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -225,6 +235,38 @@ func (c *config) validate() error {
 	}
 	if c.Sink != "" && !slices.Contains(c.sinkNames(), c.Sink) {
 		return c.refuse("RELAY_SINK", fmt.Sprintf("no such sink is configured (configured: %s)", namesOrNone(c.sinkNames())))
+	}
+	return nil
+}
+
+// validateWebhook checks the webhook settings. The URL and the secrets are
+// never repeated in an error: they may hold credentials.
+func (c *config) validateWebhook() error {
+	switch {
+	case c.WebhookTimeout <= 0:
+		return c.refuse("WEBHOOK_TIMEOUT", "not positive")
+	case c.WebhookConcurrency < 1 || c.WebhookConcurrency > webhook.ConcurrencyMax:
+		return c.refuse("WEBHOOK_CONCURRENCY", "out of range")
+	case c.WebhookMaxRetryAfter <= 0:
+		return c.refuse("WEBHOOK_MAX_RETRY_AFTER", "not positive")
+	}
+	if c.WebhookURL == "" {
+		if c.WebhookSecret != "" {
+			return &configError{Var: "WEBHOOK_SECRET", Value: "(not shown: secret)", Reason: "set without WEBHOOK_URL"}
+		}
+		return nil
+	}
+	if err := webhook.ValidateURL(c.WebhookURL); err != nil {
+		return &configError{Var: "WEBHOOK_URL", Value: "(not shown: may hold credentials)", Reason: err.Error(), Allowed: "an http:// or https:// URL with a host"}
+	}
+	if c.WebhookSecret == "" {
+		return &configError{Var: "WEBHOOK_SECRET", Reason: "required with WEBHOOK_URL: every request is signed", Allowed: "whsec_ followed by base64 of 24 to 64 bytes; several separated by spaces or commas"}
+	}
+	if _, err := webhook.ParseSecrets(c.WebhookSecret); err != nil {
+		return &configError{Var: "WEBHOOK_SECRET", Value: "(not shown: secret)", Reason: err.Error(), Allowed: "whsec_ followed by base64 of 24 to 64 bytes; several separated by spaces or commas"}
+	}
+	if !leaseCovers(c.Lease, c.WebhookTimeout) {
+		return c.refuse("RELAY_LEASE", fmt.Sprintf("must exceed WEBHOOK_TIMEOUT=%s by 25%%", c.WebhookTimeout))
 	}
 	return nil
 }
@@ -246,7 +288,7 @@ func (c *config) requireSinks() error {
 	names := c.sinkNames()
 	switch {
 	case len(names) == 0:
-		return errors.New("no sink is configured: set NATS_URL")
+		return errors.New("no sink is configured: set NATS_URL or WEBHOOK_URL")
 	case len(names) > 1 && c.Sink == "":
 		return &configError{Var: "RELAY_SINK", Reason: "several sinks are configured, so the default for rows without a destination must be named", Allowed: strings.Join(names, " or ")}
 	}
@@ -258,6 +300,9 @@ func (c *config) sinkNames() []string {
 	var names []string
 	if c.NatsURL != "" {
 		names = append(names, "nats")
+	}
+	if c.WebhookURL != "" {
+		names = append(names, "webhook")
 	}
 	return names
 }

@@ -8,8 +8,14 @@ import (
 	"time"
 )
 
+// testSecret is a valid whsec_ secret (32 bytes).
+const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
 // base is a valid environment for run: a database URL and a sink.
-var base = []string{"DATABASE_URL=postgres://u:secret@127.0.0.1:1/db", "NATS_URL=nats://127.0.0.1:1"}
+var base = []string{"DATABASE_URL=postgres://u:hunter2@127.0.0.1:1/db", "NATS_URL=nats://127.0.0.1:1"}
+
+// leaks are values of the cases below that must never be printed.
+var leaks = []string{"hunter2", testSecret, "whsec_c2VjcmV0", "s3cr3t"}
 
 func TestRun_RefusesBadConfigurationNamingTheVariable(t *testing.T) {
 	t.Parallel()
@@ -39,7 +45,16 @@ func TestRun_RefusesBadConfigurationNamingTheVariable(t *testing.T) {
 		{[]string{"NATS_SUBJECT_PREFIX=events"}, []string{`NATS_SUBJECT_PREFIX="events"`}},
 		{[]string{"NATS_STREAM=EVENTS"}, []string{`NATS_STREAM="EVENTS"`, "NATS_SUBJECT_PREFIX is empty"}},
 		{[]string{"NATS_ACK_TIMEOUT=0s"}, []string{`NATS_ACK_TIMEOUT="0s"`}},
-		{[]string{"DATABASE_URL=postgres://u:secret@[::1"}, []string{"DATABASE_URL"}},
+		{[]string{"DATABASE_URL=postgres://u:hunter2@[::1"}, []string{"DATABASE_URL"}},
+		{[]string{"WEBHOOK_URL=ftp://s3cr3t@example.com/x", "WEBHOOK_SECRET=" + testSecret, "RELAY_SINK=nats"}, []string{"WEBHOOK_URL", `scheme "ftp"`}},
+		{[]string{"WEBHOOK_URL=https://example.com/x"}, []string{"WEBHOOK_SECRET", "required with WEBHOOK_URL"}},
+		{[]string{"WEBHOOK_URL=https://example.com/x", "WEBHOOK_SECRET=whsec_c2VjcmV0"}, []string{"WEBHOOK_SECRET", "not shown"}},
+		{[]string{"WEBHOOK_SECRET=" + testSecret}, []string{"WEBHOOK_SECRET", "without WEBHOOK_URL"}},
+		{[]string{"WEBHOOK_URL=https://example.com/x", "WEBHOOK_SECRET=" + testSecret}, []string{"RELAY_SINK", "nats or webhook"}},
+		{[]string{"WEBHOOK_CONCURRENCY=0"}, []string{`WEBHOOK_CONCURRENCY="0"`, "1 to 1024"}},
+		{[]string{"WEBHOOK_TIMEOUT=soon"}, []string{`WEBHOOK_TIMEOUT="soon"`}},
+		{[]string{"WEBHOOK_URL=https://example.com/x", "WEBHOOK_SECRET=" + testSecret, "RELAY_SINK=webhook", "WEBHOOK_TIMEOUT=30s"}, []string{`RELAY_LEASE="30s"`, "WEBHOOK_TIMEOUT=30s"}},
+		{[]string{"RELAY_CLOUDEVENTS_SOURCE=has space"}, []string{"RELAY_CLOUDEVENTS_SOURCE"}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.env, " "), func(t *testing.T) {
@@ -58,8 +73,10 @@ func TestRun_RefusesBadConfigurationNamingTheVariable(t *testing.T) {
 					t.Errorf("stderr %q does not contain %q", stderr.String(), w)
 				}
 			}
-			if strings.Contains(stderr.String(), "secret") {
-				t.Errorf("stderr leaks the password: %s", stderr.String())
+			for _, secret := range leaks {
+				if strings.Contains(stderr.String(), secret) {
+					t.Errorf("stderr leaks %q: %s", secret, stderr.String())
+				}
 			}
 		})
 	}

@@ -222,3 +222,48 @@ func TestProcess_SIGTERMDrainsAndExitsZero(t *testing.T) {
 		t.Error("no 'relay stopped' log line")
 	}
 }
+
+func TestProcess_SIGTERMDuringAHangingWebhookExitsWithinTheDrainTimeout(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	rcv := relaytest.NewReceiver(t)
+	hanging := make(chan struct{}, 1)
+	rcv.RespondWith(func(w http.ResponseWriter, r *http.Request) bool {
+		select {
+		case hanging <- struct{}{}:
+		default:
+		}
+		<-r.Context().Done() // never answers
+		return true
+	})
+	p := startProcess(t,
+		"DATABASE_URL="+db.URL, "RELAY_SCHEMA="+db.Name,
+		"WEBHOOK_URL="+rcv.URL, "WEBHOOK_SECRET="+rcv.Secret, "WEBHOOK_TIMEOUT=20s", "RELAY_LEASE=30s",
+		"RELAY_DRAIN_TIMEOUT=1s")
+	relaytest.InsertRows(t, db, 20, "orders.created")
+	select {
+	case <-hanging:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no request reached the receiver")
+	}
+	began := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(15 * time.Second); code != 0 {
+		t.Errorf("exit code %d, want 0", code)
+	}
+	// The drain timeout (1s) plus the time to settle what was released.
+	if took := time.Since(began); took > 7*time.Second {
+		t.Errorf("the relay took %s to stop with RELAY_DRAIN_TIMEOUT=1s", took)
+	}
+	var leased, attempts int
+	err := db.Pool.QueryRow(context.Background(),
+		"SELECT count(*) FILTER (WHERE leased_until > now()), coalesce(sum(attempts), 0) FROM "+db.Table("messages")).Scan(&leased, &attempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := db.Count(t, "messages"); got != 20 || leased != 0 || attempts != 0 {
+		t.Errorf("after shutdown: %d rows, %d leased, %d attempts counted; want all 20 back, none leased, no attempt spent", got, leased, attempts)
+	}
+}

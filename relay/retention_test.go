@@ -61,8 +61,8 @@ func TestBackoff_DoublesWithJitterUpToTheMaximum(t *testing.T) {
 	for attempt, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 30: time.Minute} {
 		for range 50 {
 			d := backoff(attempt, time.Second, time.Minute)
-			if d < want*8/10 || d > want*12/10 {
-				t.Fatalf("backoff(%d) = %s, want %s ± 20%%", attempt, d, want)
+			if d < want*8/10 || d > want*12/10 || d > time.Minute {
+				t.Fatalf("backoff(%d) = %s, want %s ± 20%% and at most the 1m maximum", attempt, d, want)
 			}
 		}
 	}

@@ -36,11 +36,12 @@ type Archived struct {
 	Duplicate bool
 }
 
-// Archive returns the archive by idempotency key, failing t when a key was
-// archived twice as delivered.
-func Archive(t testing.TB, db *testdb.Schema) map[string]Archived {
+// Archive returns the archived rows matching where (an SQL condition, "true"
+// for all) by idempotency key, failing t when a key was archived twice as
+// delivered.
+func Archive(t testing.TB, db *testdb.Schema, where string) map[string]Archived {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), "SELECT idempotency_key, payload, headers, duplicate FROM "+db.Table("archive"))
+	rows, err := db.Pool.Query(context.Background(), "SELECT idempotency_key, payload, headers, duplicate FROM "+db.Table("archive")+" WHERE "+where)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,14 @@ func Archive(t testing.TB, db *testdb.Schema) map[string]Archived {
 // byte, its headers and Nats-Msg-Id = its idempotency key.
 func AssertStreamMatchesArchive(t testing.TB, db *testdb.Schema, srv *testnats.Server, stream string, want int) {
 	t.Helper()
-	arch := Archive(t, db)
+	AssertStreamMatchesArchiveWhere(t, db, srv, stream, "true", want)
+}
+
+// AssertStreamMatchesArchiveWhere is AssertStreamMatchesArchive for the
+// archived rows matching where, such as those of one destination.
+func AssertStreamMatchesArchiveWhere(t testing.TB, db *testdb.Schema, srv *testnats.Server, stream, where string, want int) {
+	t.Helper()
+	arch := Archive(t, db, where)
 	if len(arch) != want {
 		t.Fatalf("archive holds %d delivered rows, want %d", len(arch), want)
 	}

@@ -217,9 +217,10 @@ func (s *Sink) natsMsg(m *sinks.Message) (*nats.Msg, error) {
 	}
 	msg := &nats.Msg{Subject: subject, Data: m.Payload, Header: make(nats.Header, len(m.Headers)+1)}
 	for k, v := range m.Headers {
-		// NATS header names are case-sensitive but JetStream reads this
-		// one in any case: the row cannot replace the key.
-		if strings.EqualFold(k, jetstream.MsgIDHeader) {
+		// Nats-* headers steer the server (Nats-Msg-Id, Nats-Rollup,
+		// Nats-Expected-*, Nats-TTL, …) and JetStream reads them in any
+		// case: a row cannot set them.
+		if len(k) >= len(reservedPrefix) && strings.EqualFold(k[:len(reservedPrefix)], reservedPrefix) {
 			continue
 		}
 		msg.Header[k] = []string{v}
@@ -251,6 +252,9 @@ func (s *Sink) Close() error {
 	s.nc.Close()
 	return nil
 }
+
+// reservedPrefix starts the headers NATS and JetStream act on.
+const reservedPrefix = "Nats-"
 
 var errNotConnected = fmt.Errorf("%w: not connected to NATS", sinks.ErrNotAttempted)
 

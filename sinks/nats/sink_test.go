@@ -268,7 +268,7 @@ func TestSink_DuplicateMsgIDIsDelivered(t *testing.T) {
 	}
 }
 
-func TestSink_RowHeadersCannotReplaceMsgID(t *testing.T) {
+func TestSink_RowHeadersCannotSetNatsHeaders(t *testing.T) {
 	modes(t, func(t *testing.T, jetStream bool) {
 		srv := testnats.Start(t)
 		srv.CreateStream(t, stream, prefix+">")
@@ -282,7 +282,7 @@ func TestSink_RowHeadersCannotReplaceMsgID(t *testing.T) {
 		}
 		s := newSink(t, srv, jetStream)
 		msgs := sinktest.Messages(t, 1)
-		msgs[0].Headers = map[string]string{"Nats-Msg-Id": "forged", "nats-msg-id": "forged-too"}
+		msgs[0].Headers = map[string]string{"Nats-Msg-Id": "forged", "nats-msg-id": "forged-too", "Nats-Rollup": "all", "nats-ttl": "1s", "x-kept": "yes"}
 		if err := deliver(t, s, msgs)[0]; err != nil {
 			t.Fatal(err)
 		}
@@ -294,6 +294,12 @@ func TestSink_RowHeadersCannotReplaceMsgID(t *testing.T) {
 			if strings.EqualFold(k, jetstream.MsgIDHeader) && (len(v) != 1 || v[0] != msgs[0].IdempotencyKey) {
 				t.Errorf("header %s = %q, want only the row's key %q", k, v, msgs[0].IdempotencyKey)
 			}
+			if strings.HasPrefix(strings.ToLower(k), "nats-") && !strings.EqualFold(k, jetstream.MsgIDHeader) {
+				t.Errorf("a row set the server header %s = %q", k, v)
+			}
+		}
+		if m.Header.Get("x-kept") != "yes" {
+			t.Error("an ordinary row header was dropped")
 		}
 	})
 }

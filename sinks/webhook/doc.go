@@ -36,8 +36,9 @@
 // # Outcomes
 //
 //	2xx                                      delivered
-//	400 401 403 404 410 413 415 422          permanent: dead-lettered at once, with the
+//	400 410 413 415 422                      permanent: dead-lettered at once, with the
 //	                                         status and the start of the response body
+//	401 403 404                              transient: retried with backoff
 //	408 425 429 5xx, other 4xx               transient: retried with backoff
 //	3xx                                      transient: redirects are not followed
 //	timeout, connection error                transient
@@ -49,8 +50,12 @@
 // about the message, so it is transient rather than permanent: the rows wait
 // with backoff while the operator fixes WEBHOOK_URL (the error names the
 // Location), instead of all going to the dead letters at once. They still go
-// there after RELAY_MAX_ATTEMPTS. Other 4xx codes outside the permanent list
-// are transient for the same reason.
+// there after RELAY_MAX_ATTEMPTS. 401, 403 and 404 are transient for the same
+// reason: they say the secret, the URL or a permission is wrong on the
+// receiving side, for every message alike, so the rows wait (visible in the
+// backlog and retry metrics) and flow once it is fixed, instead of each
+// being dead-lettered after one attempt. Other 4xx codes outside the
+// permanent list are transient too.
 //
 // A permanent error's text holds the status and at most 512 bytes of the
 // response body, as valid UTF-8 with control characters replaced by spaces.

@@ -28,7 +28,7 @@ func TestSink_StatusOutcomes(t *testing.T) {
 		want   int
 	}{
 		{200, delivered}, {201, delivered}, {202, delivered}, {204, delivered},
-		{400, permanent}, {401, permanent}, {403, permanent}, {404, permanent},
+		{400, permanent}, {401, transient}, {403, transient}, {404, transient},
 		{410, permanent}, {413, permanent}, {415, permanent}, {422, permanent},
 		{408, transient}, {425, transient}, {429, transient},
 		{500, transient}, {502, transient}, {503, transient}, {504, transient},

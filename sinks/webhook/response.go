@@ -17,12 +17,12 @@ const bodyExcerptMax = 512
 const drainMax = 64 << 10
 
 // permanentStatus are the responses that say the message itself will never
-// be accepted.
+// be accepted. 401, 403 and 404 are not among them: they nearly always mean
+// a wrong secret, URL or permission on the receiving side, the same for
+// every message, and dead-lettering everything after one attempt would turn
+// a configuration slip into a pile of dead letters (see doc.go).
 var permanentStatus = map[int]bool{
 	http.StatusBadRequest:            true, // 400
-	http.StatusUnauthorized:          true, // 401
-	http.StatusForbidden:             true, // 403
-	http.StatusNotFound:              true, // 404
 	http.StatusGone:                  true, // 410
 	http.StatusRequestEntityTooLarge: true, // 413
 	http.StatusUnsupportedMediaType:  true, // 415
