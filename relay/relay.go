@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -156,7 +157,8 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context) {
 			r.dispatch(deliverCtx, batch, start.Add(DeliveryBudget(r.cfg.Lease)))
 		}
 		if len(batch) < r.cfg.BatchSize {
-			sleep(ctx, r.cfg.PollInterval)
+			// ±20%, so that idle replicas do not poll in lockstep.
+			sleep(ctx, time.Duration(float64(r.cfg.PollInterval)*(0.8+0.4*rand.Float64())))
 		}
 	}
 }
