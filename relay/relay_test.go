@@ -33,7 +33,7 @@ type bundle struct {
 	sink *natssink.Sink
 }
 
-func setup(t *testing.T, configure ...func(*server.Options)) *bundle {
+func setup(t testing.TB, configure ...func(*server.Options)) *bundle {
 	t.Helper()
 	b := &bundle{db: testdb.New(t), nats: testnats.Start(t, configure...)}
 	b.nats.CreateStream(t, stream, "events.>")
@@ -41,7 +41,7 @@ func setup(t *testing.T, configure ...func(*server.Options)) *bundle {
 	return b
 }
 
-func newSink(t *testing.T, url string) *natssink.Sink {
+func newSink(t testing.TB, url string) *natssink.Sink {
 	t.Helper()
 	s, err := natssink.New(natssink.Config{URL: url, JetStream: true, AckTimeout: 2 * time.Second, Logger: testLogger(t)})
 	if err != nil {
@@ -52,7 +52,7 @@ func newSink(t *testing.T, url string) *natssink.Sink {
 }
 
 // config returns a relay config for the bundle with test-friendly timings.
-func (b *bundle) config(t *testing.T) relay.Config {
+func (b *bundle) config(t testing.TB) relay.Config {
 	return relay.Config{
 		Schema:       b.db.Name,
 		Sinks:        map[string]sinks.Sink{"nats": b.sink},
@@ -68,13 +68,13 @@ func (b *bundle) config(t *testing.T) relay.Config {
 
 // start runs a relay with cfg until the returned function is called (or
 // the test ends); that function waits for Run to return nil.
-func start(t *testing.T, b *bundle, cfg relay.Config) (stop func()) {
+func start(t testing.TB, b *bundle, cfg relay.Config) (stop func()) {
 	t.Helper()
 	return startOn(t, b.db.Pool, cfg)
 }
 
 // startOn is start with the relay on its own pool.
-func startOn(t *testing.T, pool *pgxpool.Pool, cfg relay.Config) (stop func()) {
+func startOn(t testing.TB, pool *pgxpool.Pool, cfg relay.Config) (stop func()) {
 	t.Helper()
 	r, err := relay.New(pool, cfg)
 	if err != nil {
@@ -101,7 +101,7 @@ func startOn(t *testing.T, pool *pgxpool.Pool, cfg relay.Config) (stop func()) {
 	return stop
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	level := slog.LevelWarn
 	if os.Getenv("TEST_LOG") != "" {
 		level = slog.LevelDebug
@@ -109,7 +109,7 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: level}))
 }
 
-type tWriter struct{ t *testing.T }
+type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Helper()

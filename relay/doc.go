@@ -1,0 +1,61 @@
+// Package relay moves rows from the outbox table to their sinks: claim →
+// deliver → settle, with rescue of expired leases and retention of what was
+// delivered.
+//
+// # The life of a row
+//
+//	            INSERT (in the application's transaction)
+//	                 │
+//	                 ▼
+//	┌──────────► pending ◄────────────── lease expires (rescue) ─────┐
+//	│   (available_at ≤ now: due;                                    │
+//	│    > now: delayed or in backoff)                                │
+//	│                │ claim: one short transaction,                  │
+//	│                │ FOR UPDATE SKIP LOCKED, attempts+1,            │
+//	│                │ leased_by, leased_until = now + lease          │
+//	│                ▼                                                │
+//	│             leased ──────────────────────────────────────────────┘
+//	│                │ deliver: outside any transaction, one outcome per row
+//	│                │ settle: batched, only rows still under this claim
+//	│     ┌──────────┼───────────────┬──────────────────┐
+//	│  transient   not attempted   delivered          permanent, attempts
+//	│  (backoff)   (given back)    or duplicate       exhausted, no sink
+//	│     │          │               │                  │
+//	└─────┴──────────┘               ▼                  ▼
+//	                              archive            dead_letters
+//	                         (+ delivered_keys)
+//
+// A claim writes only columns outside every index (attempts, leased_by,
+// leased_until), so it is a HOT update. A row is claimable when it is due
+// (available_at ≤ now) and not under an unexpired lease; a relay that dies
+// holding rows loses nothing, because its leases expire and any relay claims
+// the rows again (counted as lease rescues).
+//
+// Claims, deliveries and settles run concurrently: two claim loops keep
+// claiming while batches come back full and the per-sink in-flight budget
+// allows; each batch is split by sink and delivered in its own goroutine;
+// settlers write down whatever outcomes have arrived in one round trip (one
+// implicit transaction: archive + delivered keys, requeue, dead letters).
+// Every settle statement matches (id, attempts, leased_by), so a relay
+// whose lease was taken over cannot archive, requeue or dead-letter the row.
+//
+// # Guarantees
+//
+// At least once: a row leaves the hot table only after its sink reported it
+// delivered, which sinks do only on a durable acknowledgement. No
+// transaction is held across a network call. A row may be delivered twice
+// (a relay dies after publishing and before settling; a lease expires under
+// a stuck delivery); both copies carry the row's idempotency key, which
+// JetStream drops within its duplicate window and consumers can drop by key.
+// A row whose idempotency key was already delivered (within the dedup
+// retention) is archived as a duplicate without being sent. There is no
+// global order: batches are delivered in parallel and retried rows come
+// back later.
+//
+// # Shutdown
+//
+// When Run's context ends, the relay stops claiming, lets in-flight
+// deliveries finish for up to DrainTimeout, then cancels them; rows whose
+// delivery did not finish are released (available again, the attempt given
+// back), every outcome is settled, and Run returns nil.
+package relay
