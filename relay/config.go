@@ -50,6 +50,12 @@ type Config struct {
 	// Lease is how long a claim holds its rows (RELAY_LEASE); deliveries are
 	// cut off before it ends. Default LeaseDefault.
 	Lease time.Duration
+	// Ordered delivers rows with the same key one at a time, in insert
+	// order (RELAY_ORDERED): a keyed row is claimed only when no older row
+	// with its key is left, so a failing message holds up its own key (and
+	// no other) until it is delivered or dead-lettered. Rows without a key
+	// are never held up.
+	Ordered bool
 	// MaxAttempts is the number of deliveries before a row goes to the dead
 	// letters (RELAY_MAX_ATTEMPTS). Default MaxAttemptsDefault.
 	MaxAttempts int

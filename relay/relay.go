@@ -69,7 +69,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	return &Relay{
 		cfg:      cfg,
 		pool:     pool,
-		q:        renderQueries(cfg.Schema),
+		q:        renderQueries(cfg.Schema, cfg.Ordered),
 		log:      cfg.Logger.With("relay_id", cfg.ID),
 		metrics:  cfg.Metrics,
 		inflight: newInFlight(cfg.MaxInFlight),

@@ -6,8 +6,9 @@ import (
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
-// Every statement the relay runs. %[1]s is the quoted schema; queries are
-// rendered once per Relay by renderQueries.
+// Every statement the relay runs. %[1]s is the quoted schema (and %[2]s,
+// in the claim, the ordered-mode condition); queries are rendered once per
+// Relay by renderQueries.
 
 // queryMessagesClaim leases up to $4 due rows, oldest first, skipping rows
 // other relays hold locked or leased and rows whose sink is in $3
@@ -19,10 +20,10 @@ import (
 const queryMessagesClaim = `
 WITH due AS (
     SELECT id, leased_by
-      FROM %[1]s.messages
+      FROM %[1]s.messages AS c
      WHERE available_at <= now()
        AND (leased_until IS NULL OR leased_until <= now())
-       AND coalesce(destination, $2) <> ALL ($3::text[])
+       AND coalesce(destination, $2) <> ALL ($3::text[])%[2]s
      ORDER BY available_at, id
      LIMIT $4
        FOR UPDATE SKIP LOCKED
@@ -36,6 +37,14 @@ UPDATE %[1]s.messages AS m
 RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
           m.created_at, m.attempts, due.leased_by IS NOT NULL,
           (SELECT true FROM %[1]s.delivered_keys AS k WHERE k.idempotency_key = m.idempotency_key LIMIT 1) IS NOT NULL`
+
+// orderedClaimCondition restricts a claim to the head of each key: a keyed
+// row is claimable only when no older row with its key is left in the hot
+// table (pending, leased or in backoff), so at most one message per key is
+// in flight and each key is delivered in insert order (RELAY_ORDERED).
+const orderedClaimCondition = `
+       AND (c.key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM %[1]s.messages AS older WHERE older.key = c.key AND older.id < c.id))`
 
 // queryMessagesArchive moves delivered rows (and rows skipped as duplicates)
 // still leased by this claim ($4 = relay id, attempts = the claim's) to the
@@ -132,11 +141,15 @@ type queries struct {
 	stats, tableHealth                      string
 }
 
-func renderQueries(schema string) queries {
+func renderQueries(schema string, ordered bool) queries {
 	s := migrations.Quote(schema)
 	f := func(q string) string { return fmt.Sprintf(q, s) }
+	condition := ""
+	if ordered {
+		condition = f(orderedClaimCondition)
+	}
 	return queries{
-		claim:                f(queryMessagesClaim),
+		claim:                fmt.Sprintf(queryMessagesClaim, s, condition),
 		archive:              f(queryMessagesArchive),
 		requeue:              f(queryMessagesRequeue),
 		deadLetter:           f(queryMessagesDeadLetter),

@@ -52,6 +52,11 @@ CREATE TABLE {{.schema}}.messages (
 -- updates; a lease that expires makes its row claimable again.
 CREATE INDEX messages_due_idx ON {{.schema}}.messages (available_at, id);
 
+-- Ordered mode (RELAY_ORDERED) claims a keyed row only when no older row
+-- with its key is left: this index answers that per row. key never changes
+-- after insert, so claims stay HOT.
+CREATE INDEX messages_key_idx ON {{.schema}}.messages (key, id) WHERE key IS NOT NULL;
+
 COMMENT ON TABLE {{.schema}}.messages IS
     'Outbox: insert (topic, payload[, key, headers, idempotency_key, destination, available_at]) in your business transaction; outbox-relay delivers and removes the row.';
 
