@@ -23,7 +23,7 @@ type claimed struct {
 // them in insert order.
 func (r *Relay) claim(ctx context.Context, limit int, exclude []string) ([]claimed, error) {
 	start := time.Now()
-	rows, err := r.pool.Query(ctx, r.q.claim, r.cfg.ID, r.cfg.DefaultSink, exclude, limit, r.cfg.Lease)
+	rows, err := r.pool.Query(ctx, r.q.claim, planPerExecution, r.cfg.ID, r.cfg.DefaultSink, exclude, limit, r.cfg.Lease)
 	if err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
 	}

@@ -36,8 +36,9 @@
 // allows; each batch is split by sink and delivered in its own goroutine;
 // settlers write down whatever outcomes have arrived in one round trip (one
 // implicit transaction: archive + delivered keys, requeue, dead letters).
-// Every settle statement matches (id, attempts, leased_by), so a relay
-// whose lease was taken over cannot archive, requeue or dead-letter the row.
+// Every settle statement matches (id, attempts): each claim increments
+// attempts, so a relay whose lease was taken over cannot archive, requeue or
+// dead-letter the row.
 //
 // # Guarantees
 //

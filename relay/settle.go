@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // settleLoop writes down outcomes until in is closed. Whatever has arrived
@@ -61,10 +59,10 @@ func (r *Relay) settleWithRetry(ctx context.Context, items []outcome) {
 	}
 }
 
-// settle writes the outcomes in one round trip (one implicit transaction):
-// delivered and duplicate rows to the archive, retried and released rows
-// back to the queue, failed rows to the dead letters. Every statement only
-// touches rows still under this relay's claim.
+// settle writes the outcomes in one statement: delivered and duplicate rows
+// to the archive, retried and released rows back to the queue, failed rows
+// to the dead letters. It only touches rows still under the claim that
+// delivered them (same attempts).
 func (r *Relay) settle(ctx context.Context, items []outcome) error {
 	var (
 		archive    archiveArgs
@@ -84,42 +82,14 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 	}
 
 	start := time.Now()
-	b := &pgx.Batch{}
-	if len(archive.ids) > 0 {
-		b.Queue(r.q.archive, archive.ids, archive.attempts, archive.duplicate, r.cfg.ID)
-	}
-	if len(requeue.ids) > 0 {
-		b.Queue(r.q.requeue, requeue.ids, requeue.attempts, requeue.delayMicros, requeue.errors, requeue.release, r.cfg.ID)
-	}
-	if len(deadLetter.ids) > 0 {
-		b.Queue(r.q.deadLetter, deadLetter.ids, deadLetter.attempts, deadLetter.reasons, deadLetter.errors, r.cfg.ID)
-	}
-	res := r.pool.SendBatch(ctx, b)
 	var archived, requeued, deadLettered int64
-	if len(archive.ids) > 0 {
-		if err := res.QueryRow().Scan(&archived); err != nil {
-			res.Close()
-			return fmt.Errorf("archive delivered rows: %w", err)
-		}
-	}
-	if len(requeue.ids) > 0 {
-		tag, err := res.Exec()
-		if err != nil {
-			res.Close()
-			return fmt.Errorf("requeue rows: %w", err)
-		}
-		requeued = tag.RowsAffected()
-	}
-	if len(deadLetter.ids) > 0 {
-		tag, err := res.Exec()
-		if err != nil {
-			res.Close()
-			return fmt.Errorf("dead-letter rows: %w", err)
-		}
-		deadLettered = tag.RowsAffected()
-	}
-	if err := res.Close(); err != nil {
-		return fmt.Errorf("settle: %w", err)
+	err := r.pool.QueryRow(ctx, r.q.settle, planPerExecution,
+		archive.ids, archive.attempts, archive.duplicate,
+		requeue.ids, requeue.attempts, requeue.delayMicros, requeue.errors, requeue.release,
+		deadLetter.ids, deadLetter.attempts, deadLetter.reasons, deadLetter.errors,
+	).Scan(&archived, &requeued, &deadLettered)
+	if err != nil {
+		return fmt.Errorf("settle %d rows: %w", len(items), err)
 	}
 	r.metrics.SettleDuration.Observe(time.Since(start).Seconds())
 

@@ -13,12 +13,14 @@ import (
 // queryMessagesClaim leases up to $4 due rows, oldest first, skipping rows
 // other relays hold locked or leased and rows whose sink is in $3
 // (unavailable or at capacity). It writes no indexed column, so the update
-// is HOT. It returns, per row, whether the row was rescued from an expired
+// is HOT. The update finds the rows by primary key from the locked set (an
+// array, so that the planner cannot choose to scan and hash the whole table
+// instead). It returns, per row, whether the row was rescued from an expired
 // lease and whether its idempotency key was already delivered (a LIMIT 1
 // subquery, so that the planner probes the index per row instead of hashing
 // the whole key table).
 const queryMessagesClaim = `
-WITH due AS (
+WITH due AS MATERIALIZED (
     SELECT id, leased_by
       FROM %[1]s.messages AS c
      WHERE available_at <= now()
@@ -32,10 +34,10 @@ UPDATE %[1]s.messages AS m
    SET attempts = m.attempts + 1,
        leased_by = $1,
        leased_until = now() + $5::interval
-  FROM due
- WHERE m.id = due.id
+ WHERE m.id = ANY (ARRAY(SELECT id FROM due))
 RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
-          m.created_at, m.attempts, due.leased_by IS NOT NULL,
+          m.created_at, m.attempts,
+          m.id = ANY (ARRAY(SELECT id FROM due WHERE leased_by IS NOT NULL)),
           (SELECT true FROM %[1]s.delivered_keys AS k WHERE k.idempotency_key = m.idempotency_key LIMIT 1) IS NOT NULL`
 
 // orderedClaimCondition restricts a claim to the head of each key: a keyed
@@ -46,58 +48,70 @@ const orderedClaimCondition = `
        AND (c.key IS NULL OR NOT EXISTS (
             SELECT 1 FROM %[1]s.messages AS older WHERE older.key = c.key AND older.id < c.id))`
 
-// queryMessagesArchive moves delivered rows (and rows skipped as duplicates)
-// still leased by this claim ($4 = relay id, attempts = the claim's) to the
-// archive and records their idempotency keys, in one statement. It returns
-// the number of rows moved.
-const queryMessagesArchive = `
-WITH settled AS (
+// queryMessagesSettle writes down the outcomes of deliveries in one
+// statement (one round trip, one transaction):
+//
+//   - delivered rows, and rows skipped as duplicates ($1 ids, $2 attempts,
+//     $3 duplicate), move to the archive, and the keys of those delivered
+//     are recorded;
+//   - rows to try again ($4 ids, $5 attempts) end their lease and become
+//     due after $6 microseconds, with $7 as the last error (NULL keeps the
+//     previous one); $8 = true gives the attempt back (released without a
+//     delivery being tried to the end);
+//   - failed rows ($9 ids, $10 attempts) move to the dead letters with
+//     reason $11 and error $12.
+//
+// It returns how many rows each part touched. A row is touched only while
+// its attempts still equal those of the claim that delivered it: every claim
+// increments attempts, so a row another claim has taken over (after this
+// one's lease expired) no longer matches and the late outcome is dropped.
+//
+// The relay runs it with a plan made for the actual arrays (see
+// planPerExecution): each part finds its rows through the primary key
+// (id = ANY), and the planner knows how many there are. A generic plan, or
+// a filter on a column such as leased_by whose statistics were taken while
+// no row was leased, made PostgreSQL scan the whole table once per settled
+// row.
+const queryMessagesSettle = `
+WITH archived AS (
     DELETE FROM %[1]s.messages AS m
      USING unnest($1::bigint[], $2::int[], $3::bool[]) AS s(id, attempts, duplicate)
-     WHERE m.id = s.id AND m.attempts = s.attempts AND m.leased_by = $4
+     WHERE m.id = ANY ($1::bigint[]) AND m.id = s.id AND m.attempts = s.attempts
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, s.duplicate
-), archived AS (
+), archive_insert AS (
     INSERT INTO %[1]s.archive (id, topic, payload, key, headers, idempotency_key, destination,
                                created_at, attempts, delivered_at, duplicate)
     SELECT id, topic, payload, key, headers, idempotency_key, destination,
            created_at, attempts, now(), duplicate
-      FROM settled
-), recorded AS (
+      FROM archived
+), keys_insert AS (
     INSERT INTO %[1]s.delivered_keys (idempotency_key, delivered_at)
-    SELECT idempotency_key, now() FROM settled WHERE NOT duplicate
-)
-SELECT count(*) FROM settled`
-
-// queryMessagesRequeue ends leases on rows that will be tried again: after
-// $3 microseconds, with $4 as the last error (NULL keeps the previous one).
-// $5 = true gives the attempt back: the row was released at shutdown without
-// a delivery being tried to the end.
-const queryMessagesRequeue = `
-UPDATE %[1]s.messages AS m
-   SET leased_by = NULL,
-       leased_until = NULL,
-       available_at = now() + r.delay_us * interval '1 microsecond',
-       last_error = coalesce(r.error, m.last_error),
-       attempts = m.attempts - CASE WHEN r.release THEN 1 ELSE 0 END
-  FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::text[], $5::bool[])
-       AS r(id, attempts, delay_us, error, release)
- WHERE m.id = r.id AND m.attempts = r.attempts AND m.leased_by = $6`
-
-// queryMessagesDeadLetter moves rows still leased by this claim to the dead
-// letters with a reason and the last error.
-const queryMessagesDeadLetter = `
-WITH dead AS (
+    SELECT idempotency_key, now() FROM archived WHERE NOT duplicate
+), requeued AS (
+    UPDATE %[1]s.messages AS m
+       SET leased_by = NULL,
+           leased_until = NULL,
+           available_at = now() + r.delay_us * interval '1 microsecond',
+           last_error = coalesce(r.error, m.last_error),
+           attempts = m.attempts - CASE WHEN r.release THEN 1 ELSE 0 END
+      FROM unnest($4::bigint[], $5::int[], $6::bigint[], $7::text[], $8::bool[])
+           AS r(id, attempts, delay_us, error, release)
+     WHERE m.id = ANY ($4::bigint[]) AND m.id = r.id AND m.attempts = r.attempts
+ RETURNING m.id
+), dead AS (
     DELETE FROM %[1]s.messages AS m
-     USING unnest($1::bigint[], $2::int[], $3::text[], $4::text[]) AS d(id, attempts, reason, error)
-     WHERE m.id = d.id AND m.attempts = d.attempts AND m.leased_by = $5
+     USING unnest($9::bigint[], $10::int[], $11::text[], $12::text[]) AS d(id, attempts, reason, error)
+     WHERE m.id = ANY ($9::bigint[]) AND m.id = d.id AND m.attempts = d.attempts
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, d.reason, d.error
+), dead_insert AS (
+    INSERT INTO %[1]s.dead_letters (id, topic, payload, key, headers, idempotency_key, destination,
+                                    created_at, attempts, reason, error)
+    SELECT id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, reason, error
+      FROM dead
 )
-INSERT INTO %[1]s.dead_letters (id, topic, payload, key, headers, idempotency_key, destination,
-                                created_at, attempts, reason, error)
-SELECT id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, reason, error
-  FROM dead`
+SELECT (SELECT count(*) FROM archived), (SELECT count(*) FROM requeued), (SELECT count(*) FROM dead)`
 
 // queryArchiveDeleteExpired deletes up to $2 archived rows delivered before
 // $1; the janitor repeats it until fewer come back.
@@ -136,7 +150,7 @@ SELECT (SELECT count(*) FROM %[1]s.dead_letters),
 
 // queries holds the statements rendered for one schema.
 type queries struct {
-	claim, archive, requeue, deadLetter     string
+	claim, settle                           string
 	deleteExpiredArchive, deleteExpiredKeys string
 	stats, tableHealth                      string
 }
@@ -150,9 +164,7 @@ func renderQueries(schema string, ordered bool) queries {
 	}
 	return queries{
 		claim:                fmt.Sprintf(queryMessagesClaim, s, condition),
-		archive:              f(queryMessagesArchive),
-		requeue:              f(queryMessagesRequeue),
-		deadLetter:           f(queryMessagesDeadLetter),
+		settle:               f(queryMessagesSettle),
 		deleteExpiredArchive: f(queryArchiveDeleteExpired),
 		deleteExpiredKeys:    f(queryDeliveredKeysDeleteExpired),
 		stats:                f(queryMessagesStats),
