@@ -4,7 +4,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/outbox_bench?sslmode=disable
 NATS_URL ?= nats://127.0.0.1:4222
 REFLOOP ?= ../shared/refloop
 
-.PHONY: build test ci bench
+.PHONY: build test ci bench examples examples-run
 
 build:
 	.ci/build bin/outbox-relay
@@ -20,3 +20,42 @@ bench: build
 	cd $(REFLOOP) && go build -o $(CURDIR)/bin/refloop .
 	psql "$(DATABASE_URL)" -c 'select 1' >/dev/null 2>&1 || psql "$(subst outbox_bench,postgres,$(DATABASE_URL))" -c 'CREATE DATABASE outbox_bench'
 	LOG_LEVEL=error DATABASE_URL="$(DATABASE_URL)" NATS_URL="$(NATS_URL)" bin/outbox-relay bench -compare bin/refloop -rounds 5
+
+# The examples' tests: their INSERT statements match the README's and work
+# against a real schema, and the Go example's main runs (part of `make test`).
+examples:
+	go test -race -run 'Examples|Main|PayOrder' . ./examples/...
+
+# Runs every example for real, twice each (the second run inserts nothing: the
+# idempotency key is pending), against a scratch database. Not in CI. Needs
+# psql, node and npm, a python3 with psycopg 3 (Debian: python3-psycopg) and
+# java with a PostgreSQL JDBC jar (Debian: libpostgresql-jdbc-java).
+EXAMPLES_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/outbox_examples?sslmode=disable
+PYTHON ?= python3
+PGJDBC ?= /usr/share/java/postgresql.jar
+EXAMPLES_ROW = psql "$(EXAMPLES_DATABASE_URL)" -qAt -c "SELECT topic, convert_from(payload, 'UTF8'), key, headers, idempotency_key FROM outbox.messages" -c 'DELETE FROM outbox.messages'
+
+examples-run:
+	psql "$(subst /outbox_examples,/postgres,$(EXAMPLES_DATABASE_URL))" -q -c 'DROP DATABASE IF EXISTS outbox_examples' -c 'CREATE DATABASE outbox_examples'
+	DATABASE_URL="$(EXAMPLES_DATABASE_URL)" go run . migrate
+	@echo '== psql'
+	psql "$(EXAMPLES_DATABASE_URL)" -q -v ON_ERROR_STOP=1 -f examples/psql/insert.sql
+	psql "$(EXAMPLES_DATABASE_URL)" -q -v ON_ERROR_STOP=1 -f examples/psql/insert.sql
+	$(EXAMPLES_ROW)
+	@echo '== go'
+	DATABASE_URL="$(EXAMPLES_DATABASE_URL)" go run ./examples/go
+	DATABASE_URL="$(EXAMPLES_DATABASE_URL)" go run ./examples/go
+	$(EXAMPLES_ROW)
+	@echo '== python'
+	DATABASE_URL="$(EXAMPLES_DATABASE_URL)" $(PYTHON) examples/python/insert.py
+	DATABASE_URL="$(EXAMPLES_DATABASE_URL)" $(PYTHON) examples/python/insert.py
+	$(EXAMPLES_ROW)
+	@echo '== node'
+	npm install --prefix examples/node --no-audit --no-fund --silent
+	DATABASE_URL="$(EXAMPLES_DATABASE_URL)" node examples/node/insert.js
+	DATABASE_URL="$(EXAMPLES_DATABASE_URL)" node examples/node/insert.js
+	$(EXAMPLES_ROW)
+	@echo '== java'
+	DATABASE_URL="$(EXAMPLES_DATABASE_URL)" java -cp $(PGJDBC) examples/java/Insert.java
+	DATABASE_URL="$(EXAMPLES_DATABASE_URL)" java -cp $(PGJDBC) examples/java/Insert.java
+	$(EXAMPLES_ROW)

@@ -1,0 +1,19 @@
+-- Record an event in the outbox in the same transaction as the business change.
+--
+--   psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -f examples/psql/insert.sql
+--
+-- The relay must have created its schema (it does at start, or run
+-- `outbox-relay migrate`). Run it twice: the second outbox insert is a no-op
+-- while the first is pending, because the idempotency key is the same.
+
+-- Setup for this example only: the business table and an order to pay.
+CREATE TABLE IF NOT EXISTS orders (id bigint PRIMARY KEY, status text NOT NULL);
+INSERT INTO orders (id, status) VALUES (42, 'new') ON CONFLICT (id) DO NOTHING;
+
+BEGIN;
+UPDATE orders SET status = 'paid' WHERE id = 42;
+INSERT INTO outbox.messages (topic, payload, key, headers, idempotency_key)
+VALUES ('orders.paid', '{"order_id": 42}', 'order-42',
+        '{"content-type": "application/json"}', 'order-42-paid')
+ON CONFLICT (idempotency_key) DO NOTHING;
+COMMIT;
