@@ -38,7 +38,12 @@ func TestEndpoint_ProbesMetricsAndHealthcheck(t *testing.T) {
 	p := startProcess(t, relayEnv(db, srv, "NATS_SUBJECT_PREFIX=events.")...)
 	relaytest.InsertRows(t, db, 10, "orders.created")
 	relaytest.WaitDrained(t, db, 20*time.Second)
-	metrics := p.metrics()
+	// Outcomes are counted just after their settle commits.
+	var metrics string
+	relaytest.WaitFor(t, 10*time.Second, "/metrics to count the 10 deliveries", func() bool {
+		metrics = p.metrics()
+		return strings.Contains(metrics, `outbox_relay_messages_total{outcome="delivered",sink="nats"} 10`)
+	})
 	base := "http://" + p.addr
 
 	if code, body := get(t, base+"/livez"); code != 200 || body != "ok\n" {
@@ -60,9 +65,6 @@ func TestEndpoint_ProbesMetricsAndHealthcheck(t *testing.T) {
 		if !strings.Contains(metrics, "\n# TYPE "+name+" ") {
 			t.Errorf("/metrics has no %s", name)
 		}
-	}
-	if !strings.Contains(metrics, `outbox_relay_messages_total{outcome="delivered",sink="nats"} 10`) {
-		t.Errorf("/metrics does not count the 10 deliveries")
 	}
 
 	env := []string{"RELAY_HTTP_ADDR=" + p.addr}

@@ -69,6 +69,9 @@ func TestMetrics_TellHowFarBehindAndWhy(t *testing.T) {
 		return testutil.ToFloat64(m.Backlog.WithLabelValues("nats")) == 0 && testutil.ToFloat64(m.OldestDueAge) == 0
 	})
 
+	relaytest.WaitForCount(t, 10*time.Second, "dead_lettered", func() float64 {
+		return testutil.ToFloat64(m.Messages.WithLabelValues("nats", "dead_lettered"))
+	}, 1)
 	counts := map[string]float64{
 		"delivered":     testutil.ToFloat64(m.Messages.WithLabelValues("nats", "delivered")),
 		"retried":       testutil.ToFloat64(m.Messages.WithLabelValues("nats", "retried")),

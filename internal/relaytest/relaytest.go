@@ -120,6 +120,17 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// WaitForCount waits until the counter get reaches want and fails t if it
+// passed it. Settled outcomes are counted just after their transaction
+// commits, so a test that saw the rows leave the table waits for the count.
+func WaitForCount(t testing.TB, timeout time.Duration, what string, get func() float64, want float64) {
+	t.Helper()
+	WaitFor(t, timeout, what, func() bool { return get() >= want })
+	if got := get(); got != want {
+		t.Errorf("%s = %v, want %v", what, got, want)
+	}
+}
+
 // WaitDrained waits for db's hot table to empty.
 func WaitDrained(t testing.TB, db *testdb.Schema, timeout time.Duration) {
 	t.Helper()

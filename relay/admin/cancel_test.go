@@ -151,8 +151,10 @@ func TestCancel_LateSettleIsANoOp(t *testing.T) {
 	if res.Cancelled != 0 || res.InFlight != 1 {
 		t.Fatalf("cancel under a running lease: %+v, want the row left in flight", res)
 	}
-	// The lease runs out while the sink is still stuck.
-	db.Exec(t, `UPDATE %s.messages SET leased_until = now() - interval '1 millisecond'`)
+	// The lease runs out while the sink is still stuck. The row is also made
+	// not due yet, so that the running relay cannot claim it again before
+	// the cancel below.
+	db.Exec(t, `UPDATE %s.messages SET leased_until = now() - interval '1 millisecond', available_at = now() + interval '1 hour'`)
 	res, err = admin.Cancel(ctx, db.Pool, db.Name, admin.CancelOptions{Key: "order-1"})
 	if err != nil {
 		t.Fatal(err)
