@@ -173,7 +173,9 @@ func TestRelay_TwoRelaysShareATableWithoutDuplicates(t *testing.T) {
 		return len(published) >= n
 	})
 	relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, n)
-	delivered := func(m *relay.Metrics) float64 { return testutil.ToFloat64(m.Messages.WithLabelValues("nats", "delivered")) }
+	delivered := func(m *relay.Metrics) float64 {
+		return testutil.ToFloat64(m.Messages.WithLabelValues("nats", "delivered"))
+	}
 	relaytest.WaitForCount(t, 10*time.Second, "deliveries by both relays", func() float64 {
 		return delivered(cfgA.Metrics) + delivered(cfgB.Metrics)
 	}, n)
