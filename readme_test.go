@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"os"
 	"strings"
@@ -47,5 +48,42 @@ func TestREADME_ConfigReference(t *testing.T) {
 	}
 	if section != want {
 		t.Errorf("README's configuration reference is out of step with config.go; run go test -run TestREADME_ConfigReference -update . to regenerate it from the struct tags")
+	}
+}
+
+func TestREADME_DocumentsEveryCommandAndFlag(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(readme)
+	var invocations [][]string
+	for _, c := range commands {
+		switch c.name {
+		case "dead":
+			invocations = append(invocations, []string{"dead", "list"}, []string{"dead", "retry"}, []string{"dead", "purge"})
+		case "help":
+		default:
+			invocations = append(invocations, []string{c.name})
+		}
+	}
+	for _, inv := range invocations {
+		name := "outbox-relay " + strings.Join(inv, " ")
+		if !strings.Contains(doc, "`"+name) {
+			t.Errorf("README does not show %s", name)
+		}
+		var stdout, stderr strings.Builder
+		if code := run(context.Background(), append(inv, "-h"), nil, &stdout, &stderr); code != exitOK {
+			t.Errorf("%s -h: exit %d", name, code)
+		}
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			if !strings.HasPrefix(line, "  -") {
+				continue
+			}
+			flag := "--" + strings.Fields(line)[0][1:]
+			if !strings.Contains(doc, flag) {
+				t.Errorf("README does not document %s %s", name, flag)
+			}
+		}
 	}
 }

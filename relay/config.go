@@ -44,8 +44,10 @@ type Config struct {
 	// MaxInFlight bounds the rows claimed but not yet settled, per sink
 	// (RELAY_MAX_IN_FLIGHT). Default 4 × BatchSize.
 	MaxInFlight int
-	// PollInterval is the pause after a claim that came back less than full
-	// (RELAY_POLL_INTERVAL). Default PollIntervalDefault.
+	// PollInterval is the pause after a claim that found nothing
+	// (RELAY_POLL_INTERVAL); after a claim that found rows but was not full
+	// the pause is a tenth of it, and after a full one there is none.
+	// Default PollIntervalDefault.
 	PollInterval time.Duration
 	// Lease is how long a claim holds its rows (RELAY_LEASE); deliveries are
 	// cut off before it ends. Default LeaseDefault.

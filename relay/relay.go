@@ -123,7 +123,8 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // claimLoop claims batches and starts their deliveries until ctx ends. It
 // claims again at once while batches come back full and capacity remains,
-// and waits PollInterval otherwise.
+// waits a tenth of PollInterval after a claim that found some rows, and
+// PollInterval after an empty one.
 func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context) {
 	failures := 0
 	for ctx.Err() == nil {
@@ -156,9 +157,15 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context) {
 		if len(batch) > 0 {
 			r.dispatch(deliverCtx, batch, start.Add(DeliveryBudget(r.cfg.Lease)))
 		}
-		if len(batch) < r.cfg.BatchSize {
-			// ±20%, so that idle replicas do not poll in lockstep.
-			sleep(ctx, time.Duration(float64(r.cfg.PollInterval)*(0.8+0.4*rand.Float64())))
+		switch {
+		case len(batch) == r.cfg.BatchSize:
+			// A full batch: more are waiting, claim again at once.
+		case len(batch) > 0:
+			// Rows are arriving: look again soon, so that a steady
+			// stream is not delayed by a whole poll interval.
+			sleep(ctx, jittered(r.cfg.PollInterval/10))
+		default:
+			sleep(ctx, jittered(r.cfg.PollInterval))
 		}
 	}
 }
@@ -196,6 +203,12 @@ func (r *Relay) dispatch(ctx context.Context, batch []claimed, deadline time.Tim
 		r.deliveries.Add(1)
 		go r.deliver(ctx, name, rows, deadline)
 	}
+}
+
+// jittered spreads d by ±20%, so that idle replicas do not poll in
+// lockstep.
+func jittered(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
 // sleep waits d or until ctx ends.

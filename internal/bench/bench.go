@@ -111,7 +111,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	}
 	defer sink.Close()
 
-	lat := &latencies{}
+	lat := newLatencies(o.N)
 	cfg := o.Relay
 	cfg.Schema = o.Schema
 	cfg.Sinks = map[string]sinks.Sink{"nats": &timingSink{next: sink, lat: lat, steady: o.Mode == "steady"}}
@@ -153,7 +153,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	case "steady":
 		start = time.Now()
 		go func() { relayDone <- r.Run(runCtx) }()
-		if err := produce(ctx, pool, o); err != nil {
+		if err := produce(ctx, pool, o, lat); err != nil {
 			return fmt.Errorf("produce: %w", err)
 		}
 	default:
@@ -176,7 +176,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	if o.Mode == "steady" {
 		p50, p99 := lat.percentiles()
 		res.P50ms, res.P99ms = &p50, &p99
-		res.LatencyBasis = "row created_at -> JetStream ack"
+		res.LatencyBasis = "producer commit -> JetStream ack"
 		res.Extra["target_rate"] = o.Rate
 	}
 
@@ -202,8 +202,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	return json.NewEncoder(w).Encode(res)
 }
 
-// timingSink records, in steady mode, the time from each row's insert to its
-// acknowledgement.
+// timingSink records, in steady mode, when each message was acknowledged.
 type timingSink struct {
 	next   sinks.Sink
 	lat    *latencies
@@ -216,7 +215,7 @@ func (s *timingSink) Deliver(ctx context.Context, msgs []sinks.Message) []error 
 		now := time.Now()
 		for i, err := range errs {
 			if err == nil {
-				s.lat.add(now.Sub(msgs[i].CreatedAt))
+				s.lat.ack(msgs[i].IdempotencyKey, now)
 			}
 		}
 	}
@@ -231,26 +230,44 @@ func (s *timingSink) Available() error {
 	return nil
 }
 
+// latencies holds, per event (its idempotency key is its sequence number),
+// when the producer's commit returned and when the ack came: the same basis
+// as refloop's steady mode.
 type latencies struct {
-	mu sync.Mutex
-	d  []time.Duration
+	commit, acked []atomic.Int64
 }
 
-func (l *latencies) add(d time.Duration) {
-	l.mu.Lock()
-	l.d = append(l.d, d)
-	l.mu.Unlock()
+func newLatencies(n int) *latencies {
+	return &latencies{commit: make([]atomic.Int64, n+1), acked: make([]atomic.Int64, n+1)}
+}
+
+func (l *latencies) committed(seq int64, t time.Time) {
+	if seq >= 0 && int(seq) < len(l.commit) {
+		l.commit[seq].Store(t.UnixNano())
+	}
+}
+
+func (l *latencies) ack(key string, t time.Time) {
+	seq, err := strconv.ParseInt(key, 10, 64)
+	if err == nil && seq >= 0 && int(seq) < len(l.acked) {
+		l.acked[seq].CompareAndSwap(0, t.UnixNano())
+	}
 }
 
 func (l *latencies) percentiles() (p50, p99 float64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.d) == 0 {
+	var d []time.Duration
+	for i := range l.commit {
+		c, a := l.commit[i].Load(), l.acked[i].Load()
+		if c != 0 && a != 0 {
+			d = append(d, time.Duration(a-c))
+		}
+	}
+	if len(d) == 0 {
 		return 0, 0
 	}
-	slices.Sort(l.d)
+	slices.Sort(d)
 	at := func(p float64) float64 {
-		return round(float64(l.d[int(float64(len(l.d)-1)*p)])/1e6, 3)
+		return round(float64(d[int(float64(len(d)-1)*p)])/1e6, 3)
 	}
 	return at(0.50), at(0.99)
 }
@@ -357,15 +374,16 @@ func preload(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 }
 
 // produce inserts N rows, one per transaction, at o.Rate per second from two
-// connections.
-func produce(ctx context.Context, pool *pgxpool.Pool, o Options) error {
+// connections, recording when each commit returned. Each row's idempotency
+// key is its sequence number.
+func produce(ctx context.Context, pool *pgxpool.Pool, o Options, lat *latencies) error {
 	const producers = 2
 	interval := time.Duration(float64(time.Second) / o.Rate)
 	begin := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, producers)
-	sql := "INSERT INTO " + migrations.Quote(o.Schema) + ".messages (topic, payload, headers) VALUES ($1, $2, $3)"
+	sql := "INSERT INTO " + migrations.Quote(o.Schema) + ".messages (topic, payload, headers, idempotency_key) VALUES ($1, $2, $3::jsonb, $4)"
 	for range producers {
 		wg.Go(func() {
 			for {
@@ -376,10 +394,11 @@ func produce(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 				if d := time.Until(begin.Add(time.Duration(seq-1) * interval)); d > 0 {
 					time.Sleep(d)
 				}
-				if _, err := pool.Exec(ctx, sql, Subject, Payload(seq, o.PayloadBytes), headers(seq)); err != nil {
+				if _, err := pool.Exec(ctx, sql, Subject, Payload(seq, o.PayloadBytes), headers(seq), strconv.FormatInt(seq, 10)); err != nil {
 					errs <- err
 					return
 				}
+				lat.committed(seq, time.Now())
 			}
 		})
 	}
