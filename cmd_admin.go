@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/relay/admin"
 )
@@ -40,34 +39,11 @@ func openAdmin(ctx context.Context, environ []string) (config, *pgxpool.Pool, er
 	if err != nil {
 		return c, nil, err
 	}
-	if err := checkAdminSchema(ctx, pool, c.Schema); err != nil {
+	if err := checkSchema(ctx, pool, c.Schema); err != nil {
 		pool.Close()
 		return c, nil, err
 	}
 	return c, pool, nil
-}
-
-// checkAdminSchema refuses a schema without the relay's tables, or at
-// another version than this binary's statements are written for.
-func checkAdminSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("connect to database: %w", err)
-	}
-	defer conn.Release()
-	v, err := migrations.CurrentVersion(ctx, conn.Conn(), schema)
-	if err != nil {
-		return err
-	}
-	switch want := migrations.Latest(); {
-	case v == 0:
-		return fmt.Errorf("schema %s holds no outbox-relay tables: check RELAY_SCHEMA and DATABASE_URL", schema)
-	case v < want:
-		return fmt.Errorf("schema %s is at version %d, this binary needs %d: run `outbox-relay migrate` (or a relay with RELAY_MIGRATE=true) first", schema, v, want)
-	case v > want:
-		return fmt.Errorf("schema %s is at version %d, newer than this binary knows (%d): use a newer outbox-relay", schema, v, want)
-	}
-	return nil
 }
 
 // defaultSinkName is how status names the destination of rows without

@@ -56,7 +56,7 @@ func cmdRun(ctx context.Context, args, environ []string, stdout, stderr io.Write
 		if n > 0 {
 			log.Info("migrations applied", "schema", c.Schema, "num_applied", n)
 		}
-	} else if err := checkMigrations(ctx, pool, c.Schema); err != nil {
+	} else if err := checkSchema(ctx, pool, c.Schema); err != nil {
 		return err
 	}
 

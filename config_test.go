@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/testdb"
 )
 
 // testSecret is a valid whsec_ secret (32 bytes).
@@ -128,5 +130,27 @@ func TestRun_VersionAndHelp(t *testing.T) {
 		if !strings.Contains(stdout.String(), v.Name) {
 			t.Errorf("--help does not document %s", v.Name)
 		}
+	}
+}
+
+func TestRun_WithoutMigrationsRefusesASchemaThatIsBehind(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewEmpty(t)
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code := run(ctx, []string{"run"}, []string{
+		"DATABASE_URL=" + db.URL, "RELAY_SCHEMA=" + db.Name, "RELAY_MIGRATE=false",
+		"NATS_URL=nats://127.0.0.1:1", "RELAY_HTTP_ADDR=",
+	}, &stdout, &stderr)
+	if code != exitFailure || !strings.Contains(stderr.String(), "holds no outbox-relay tables") || !strings.Contains(stderr.String(), "migrate --print") {
+		t.Errorf("exit %d, stderr %q; want 1 explaining how to create the tables", code, stderr.String())
+	}
+	var exists bool
+	if err := db.Pool.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", db.Name).Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	if exists {
+		t.Error("RELAY_MIGRATE=false created the schema")
 	}
 }

@@ -164,22 +164,15 @@ func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string) (in
 	return migrations.Apply(ctx, conn.Conn(), schema)
 }
 
-// checkMigrations refuses to run against a schema that is not at the version
-// this binary needs (RELAY_MIGRATE=false).
-func checkMigrations(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+// checkSchema refuses a schema that is not at the version this binary
+// needs: for a relay with RELAY_MIGRATE=false and for the admin commands.
+func checkSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("connect to database: %w", err)
 	}
 	defer conn.Release()
-	v, err := migrations.CurrentVersion(ctx, conn.Conn(), schema)
-	if err != nil {
-		return err
-	}
-	if want := migrations.Latest(); v != want {
-		return fmt.Errorf("schema %s is at version %d but this relay needs %d and RELAY_MIGRATE=false: run `outbox-relay migrate`, or apply `outbox-relay migrate --print` with your migration tool", schema, v, want)
-	}
-	return nil
+	return migrations.Check(ctx, conn.Conn(), schema)
 }
 
 // openPool returns a pool for the configured database. Connections name

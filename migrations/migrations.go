@@ -121,6 +121,25 @@ func CurrentVersion(ctx context.Context, conn *pgx.Conn, schema string) (int32, 
 	return v, nil
 }
 
+// Check reports whether schema is at the version this binary's statements
+// are written for, with an error that says what to do when it is not: the
+// relay's tables are missing, behind or newer than this binary.
+func Check(ctx context.Context, conn *pgx.Conn, schema string) error {
+	v, err := CurrentVersion(ctx, conn, schema)
+	if err != nil {
+		return err
+	}
+	switch want := Latest(); {
+	case v == 0:
+		return fmt.Errorf("schema %s holds no outbox-relay tables: check RELAY_SCHEMA and DATABASE_URL, or create them with `outbox-relay migrate` (or apply `outbox-relay migrate --print` with your migration tool)", schema)
+	case v < want:
+		return fmt.Errorf("schema %s is at version %d, this binary needs %d: run `outbox-relay migrate` (or a relay with RELAY_MIGRATE=true), or apply `outbox-relay migrate --print` with your migration tool", schema, v, want)
+	case v > want:
+		return fmt.Errorf("schema %s is at version %d, newer than this binary knows (%d): use a newer outbox-relay", schema, v, want)
+	}
+	return nil
+}
+
 // Render returns the SQL that Apply would run on an empty database, as one
 // script for teams that apply schema changes with their own tool. The script
 // also records the version, so a relay started afterwards (with or without

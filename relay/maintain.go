@@ -12,6 +12,10 @@ const (
 	retentionChunk    = 5000
 )
 
+// gaugeCountCap bounds the rows a gauge query counts, so that refreshing the
+// gauges stays cheap on a huge backlog.
+const gaugeCountCap = 1_000_000
+
 // maintain refreshes the backlog gauges and enforces retention until ctx
 // ends. Failures are logged and counted; the next round tries again.
 func (r *Relay) maintain(ctx context.Context) {
@@ -33,8 +37,7 @@ func (r *Relay) maintain(ctx context.Context) {
 }
 
 // refreshStats sets the backlog, oldest-due-age, backoff, dead-letter, dead
-// tuple and lock-wait gauges: one scan of the hot table and one look at the
-// catalog.
+// tuple and lock-wait gauges with two bounded queries.
 func (r *Relay) refreshStats(ctx context.Context) {
 	if err := r.queryStats(ctx); err != nil && ctx.Err() == nil {
 		r.metrics.StatsErrors.Inc()
@@ -43,7 +46,7 @@ func (r *Relay) refreshStats(ctx context.Context) {
 }
 
 func (r *Relay) queryStats(ctx context.Context) error {
-	rows, err := r.pool.Query(ctx, r.q.stats, r.cfg.DefaultSink)
+	rows, err := r.pool.Query(ctx, r.q.backlog, r.cfg.DefaultSink, gaugeCountCap)
 	if err != nil {
 		return fmt.Errorf("query backlog: %w", err)
 	}
@@ -51,37 +54,34 @@ func (r *Relay) queryStats(ctx context.Context) error {
 	for name := range r.cfg.Sinks {
 		backlog[name] = 0
 	}
-	var backoffTotal, oldest float64
 	for rows.Next() {
-		var (
-			sink             string
-			due, inBackoff   int64
-			oldestDueSeconds float64
-		)
-		if err := rows.Scan(&sink, &due, &inBackoff, &oldestDueSeconds); err != nil {
+		var sink string
+		var due int64
+		if err := rows.Scan(&sink, &due); err != nil {
 			rows.Close()
 			return fmt.Errorf("query backlog: %w", err)
 		}
 		backlog[sink] = float64(due)
-		backoffTotal += float64(inBackoff)
-		oldest = max(oldest, oldestDueSeconds)
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("query backlog: %w", err)
 	}
-	var dead, deadTuples, lockWaits int64
-	if err := r.pool.QueryRow(ctx, r.q.tableHealth, r.cfg.Schema).Scan(&dead, &deadTuples, &lockWaits); err != nil {
+	var inBackoff, dead, deadTuples, lockWaits int64
+	var oldest float64
+	err = r.pool.QueryRow(ctx, r.q.tableHealth, r.cfg.Schema, gaugeCountCap).
+		Scan(&inBackoff, &oldest, &dead, &deadTuples, &lockWaits)
+	if err != nil {
 		return fmt.Errorf("read table health: %w", err)
 	}
-	r.metrics.HotTableDeadTuples.Set(float64(deadTuples))
-	r.metrics.LockWaits.Set(float64(lockWaits))
 	r.metrics.Backlog.Reset()
 	for sink, n := range backlog {
 		r.metrics.Backlog.WithLabelValues(sink).Set(n)
 	}
-	r.metrics.InBackoff.Set(backoffTotal)
+	r.metrics.InBackoff.Set(float64(inBackoff))
 	r.metrics.OldestDueAge.Set(oldest)
 	r.metrics.DeadLetters.Set(float64(dead))
+	r.metrics.HotTableDeadTuples.Set(float64(deadTuples))
+	r.metrics.LockWaits.Set(float64(lockWaits))
 	return nil
 }
 

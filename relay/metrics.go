@@ -100,7 +100,7 @@ func NewMetrics() *Metrics {
 		}, []string{"sink"}),
 		Backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Name: "backlog",
-			Help: "Rows due for delivery now (not leased, not in backoff), by destination sink.",
+			Help: "Rows due for delivery now (not leased, not in backoff), by destination sink; counted up to 1,000,000.",
 		}, []string{"sink"}),
 		OldestDueAge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "oldest_due_age_seconds",
@@ -108,11 +108,11 @@ func NewMetrics() *Metrics {
 		}),
 		InBackoff: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "in_backoff",
-			Help: "Rows waiting for a retry after a failed delivery.",
+			Help: "Rows waiting for a retry after a failed delivery; counted up to 1,000,000.",
 		}),
 		DeadLetters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "dead_letters",
-			Help: "Rows in the dead-letter table.",
+			Help: "Rows in the dead-letter table; counted up to 1,000,000.",
 		}),
 		HotTableDeadTuples: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "hot_table_dead_tuples",

@@ -125,24 +125,33 @@ const queryDeliveredKeysDeleteExpired = `
 DELETE FROM %[1]s.delivered_keys
  WHERE ctid = ANY (ARRAY(SELECT ctid FROM %[1]s.delivered_keys WHERE delivered_at < $1 LIMIT $2))`
 
-// queryMessagesStats summarises the hot table per sink for the backlog
-// gauges: rows due now, rows waiting for a retry and the oldest due time.
-const queryMessagesStats = `
-SELECT coalesce(destination, $1),
-       count(*) FILTER (WHERE due),
-       count(*) FILTER (WHERE available_at > now() AND leased_by IS NULL AND attempts > 0),
-       coalesce(extract(epoch FROM now() - min(available_at) FILTER (WHERE due)), 0)::float8
-  FROM (SELECT destination, available_at, leased_by, attempts,
-               available_at <= now() AND (leased_until IS NULL OR leased_until <= now()) AS due
-          FROM %[1]s.messages) AS m
+// The gauges' queries run every StatsInterval, however large the backlog:
+// counts stop at gaugeCountCap rows (a gauge reading the cap means "at
+// least that many"), and the oldest due row is the first the due index
+// yields.
+
+// queryMessagesBacklog counts the due rows per sink ($1 names the default
+// sink), up to $2 rows.
+const queryMessagesBacklog = `
+SELECT coalesce(destination, $1), count(*)
+  FROM (SELECT destination FROM %[1]s.messages
+         WHERE available_at <= now() AND (leased_until IS NULL OR leased_until <= now())
+         LIMIT $2) AS due
  GROUP BY 1`
 
-// queryTableHealth counts the dead letters, the hot table's dead tuples (a
-// sign that vacuum falls behind) and the lock requests waiting on it now
-// (contention between claims, producers and vacuum). $1 is the plain schema
-// name.
+// queryTableHealth reads, in one round trip: the rows waiting for a retry
+// and the dead letters (each up to $2), how long the oldest due row has
+// waited, the hot table's dead tuples (vacuum falling behind) and the lock
+// requests waiting on it now (claims, producers and vacuum contending). $1
+// is the plain schema name.
 const queryTableHealth = `
-SELECT (SELECT count(*) FROM %[1]s.dead_letters),
+SELECT (SELECT count(*) FROM (SELECT 1 FROM %[1]s.messages
+                               WHERE available_at > now() AND leased_by IS NULL AND attempts > 0
+                               LIMIT $2) AS b),
+       coalesce(extract(epoch FROM now() - (
+           SELECT min(available_at) FROM %[1]s.messages
+            WHERE available_at <= now() AND (leased_until IS NULL OR leased_until <= now()))), 0)::float8,
+       (SELECT count(*) FROM (SELECT 1 FROM %[1]s.dead_letters LIMIT $2) AS d),
        coalesce((SELECT n_dead_tup FROM pg_catalog.pg_stat_user_tables
                   WHERE schemaname = $1 AND relname = 'messages'), 0),
        (SELECT count(*) FROM pg_catalog.pg_locks
@@ -152,7 +161,7 @@ SELECT (SELECT count(*) FROM %[1]s.dead_letters),
 type queries struct {
 	claim, settle                           string
 	deleteExpiredArchive, deleteExpiredKeys string
-	stats, tableHealth                      string
+	backlog, tableHealth                    string
 }
 
 func renderQueries(schema string, ordered bool) queries {
@@ -167,7 +176,7 @@ func renderQueries(schema string, ordered bool) queries {
 		settle:               f(queryMessagesSettle),
 		deleteExpiredArchive: f(queryArchiveDeleteExpired),
 		deleteExpiredKeys:    f(queryDeliveredKeysDeleteExpired),
-		stats:                f(queryMessagesStats),
+		backlog:              f(queryMessagesBacklog),
 		tableHealth:          f(queryTableHealth),
 	}
 }
