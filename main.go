@@ -235,7 +235,15 @@ func newLogger(c config, w io.Writer) *slog.Logger {
 	if format == "text" {
 		return slog.New(tint.NewHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly, NoColor: !isTerminal(w)}))
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}))
+}
+
+// readableDurations writes durations as "1h0m30s" rather than nanoseconds.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 func isTerminal(w io.Writer) bool {
