@@ -34,7 +34,7 @@ type config struct {
 	BatchSize        int           `env:"RELAY_BATCH_SIZE" envDefault:"1000" doc:"Rows per claim." allowed:"an integer from 1 to 100000"`
 	MaxInFlight      int           `env:"RELAY_MAX_IN_FLIGHT" doc:"Rows claimed and not yet settled, per sink, before claiming pauses. Default: 4 × RELAY_BATCH_SIZE." allowed:"an integer of at least RELAY_BATCH_SIZE"`
 	PollInterval     time.Duration `env:"RELAY_POLL_INTERVAL" envDefault:"50ms" doc:"Pause after a claim that found nothing (±20% jitter); a tenth of it after a claim that found some rows, so a steady stream is not held up; none after a full batch. An idle relay delivers within about this long of the commit." allowed:"a duration from 1ms to 1m, like 50ms"`
-	Lease            time.Duration `env:"RELAY_LEASE" envDefault:"30s" doc:"How long a claim holds its rows. Deliveries are cut off at 80% of it; an expired lease makes the rows claimable again." allowed:"a duration of at least 2s that exceeds every sink timeout by 25%"`
+	Lease            time.Duration `env:"RELAY_LEASE" envDefault:"30s" doc:"How long a claim holds its rows. Deliveries are cut off at 80% of it, and a request that could not finish by then is not started; an expired lease makes the rows claimable again." allowed:"a duration of at least 2s and at least 5/3 of every sink timeout (NATS_ACK_TIMEOUT, WEBHOOK_TIMEOUT)"`
 	Ordered          bool          `env:"RELAY_ORDERED" envDefault:"false" doc:"Per-key FIFO: rows with the same key are delivered one at a time, in insert order; a failing row holds up its own key only (until delivered or dead-lettered). Rows without a key are never held up. Costs one index probe per claimed keyed row." allowed:"true or false"`
 	MaxAttempts      int           `env:"RELAY_MAX_ATTEMPTS" envDefault:"25" doc:"Deliveries of a row before it goes to the dead letters." allowed:"an integer from 1 to 1000"`
 	BackoffMin       time.Duration `env:"RELAY_BACKOFF_MIN" envDefault:"1s" doc:"Retry delay after the first failure; it doubles with every attempt (±20% jitter)." allowed:"a positive duration"`
@@ -49,11 +49,11 @@ type config struct {
 	NatsJetStream     bool          `env:"NATS_JETSTREAM" envDefault:"true" doc:"Publish to JetStream and wait for each PubAck. false: core NATS, publish and flush (no persistence, no dedup)." allowed:"true or false"`
 	NatsSubjectPrefix string        `env:"NATS_SUBJECT_PREFIX" doc:"Prepended to the topic to form the subject, like events. for events.orders.created." allowed:"empty, or subject tokens ending with a dot"`
 	NatsStream        string        `env:"NATS_STREAM" doc:"When set, create this JetStream stream at start, capturing NATS_SUBJECT_PREFIX + '>' with a duplicate window of RELAY_LEASE + RELAY_BACKOFF_MAX, unless it exists (existing streams are never changed). For quick starts; manage production streams yourself." allowed:"a stream name (letters, digits, - and _); needs NATS_SUBJECT_PREFIX"`
-	NatsAckTimeout    time.Duration `env:"NATS_ACK_TIMEOUT" envDefault:"5s" doc:"How long to wait for one JetStream PubAck before the message is retried." allowed:"a positive duration below RELAY_LEASE"`
+	NatsAckTimeout    time.Duration `env:"NATS_ACK_TIMEOUT" envDefault:"5s" doc:"How long to wait for one JetStream PubAck before the message is retried." allowed:"a positive duration of at most 60% of RELAY_LEASE"`
 
 	WebhookURL           string        `env:"WEBHOOK_URL" doc:"Enables the webhook sink: every message for it is POSTed here, signed as Standard Webhooks. Credentials and query are never logged." allowed:"an http:// or https:// URL with a host"`
 	WebhookSecret        string        `env:"WEBHOOK_SECRET" doc:"Standard Webhooks signing secret(s); required with WEBHOOK_URL. Several, separated by spaces or commas, each sign every request (rotation). Never logged." allowed:"whsec_ followed by base64 of 24 to 64 bytes"`
-	WebhookTimeout       time.Duration `env:"WEBHOOK_TIMEOUT" envDefault:"10s" doc:"Per request, from connecting to reading the response status." allowed:"a positive duration; RELAY_LEASE must exceed it by 25%"`
+	WebhookTimeout       time.Duration `env:"WEBHOOK_TIMEOUT" envDefault:"10s" doc:"Per request, from connecting to reading the response status." allowed:"a positive duration of at most 60% of RELAY_LEASE"`
 	WebhookConcurrency   int           `env:"WEBHOOK_CONCURRENCY" envDefault:"16" doc:"Requests in flight to WEBHOOK_URL, over all batches." allowed:"an integer from 1 to 1024"`
 	WebhookMaxRetryAfter time.Duration `env:"WEBHOOK_MAX_RETRY_AFTER" envDefault:"1h" doc:"Longest pause a Retry-After response header can impose on the webhook sink; longer values are cut to this." allowed:"a positive duration"`
 
@@ -219,7 +219,7 @@ func (c *config) validate() error {
 		return c.refuse("NATS_ACK_TIMEOUT", "not positive")
 	}
 	if c.NatsURL != "" && c.NatsJetStream && !leaseCovers(c.Lease, c.NatsAckTimeout) {
-		return c.refuse("RELAY_LEASE", fmt.Sprintf("must exceed NATS_ACK_TIMEOUT=%s by 25%%", c.NatsAckTimeout))
+		return c.refuse("RELAY_LEASE", fmt.Sprintf("must be at least 5/3 of NATS_ACK_TIMEOUT=%s, so that a delivery fits in the lease with room to spare", c.NatsAckTimeout))
 	}
 	if err := c.validateWebhook(); err != nil {
 		return err
@@ -267,7 +267,7 @@ func (c *config) validateWebhook() error {
 		return &configError{Var: "WEBHOOK_SECRET", Value: "(not shown: secret)", Reason: err.Error(), Allowed: "whsec_ followed by base64 of 24 to 64 bytes; several separated by spaces or commas"}
 	}
 	if !leaseCovers(c.Lease, c.WebhookTimeout) {
-		return c.refuse("RELAY_LEASE", fmt.Sprintf("must exceed WEBHOOK_TIMEOUT=%s by 25%%", c.WebhookTimeout))
+		return c.refuse("RELAY_LEASE", fmt.Sprintf("must be at least 5/3 of WEBHOOK_TIMEOUT=%s, so that a delivery fits in the lease with room to spare", c.WebhookTimeout))
 	}
 	return nil
 }
@@ -278,11 +278,47 @@ func (c *config) requireDatabase() error {
 		return &configError{Var: "DATABASE_URL", Allowed: "a PostgreSQL connection string, like postgres://user:pass@host:5432/db"}
 	}
 	if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
-		// pgx redacts the password from its parse errors.
-		return &configError{Var: "DATABASE_URL", Value: "(not shown: may hold a password)", Reason: err.Error(), Allowed: "a PostgreSQL connection string"}
+		return databaseURLError(c.DatabaseURL, err)
 	}
 	return nil
 }
+
+// databaseURLError explains a DATABASE_URL that pgx cannot parse. pgx hides
+// the password in its messages when it can find it; when any part of the
+// value that may be a password shows up anyway, the message is left out.
+func databaseURLError(dsn string, err error) error {
+	reason := err.Error()
+	for _, secret := range passwordCandidates(dsn) {
+		if strings.Contains(reason, secret) {
+			reason = "cannot be parsed (the parser's message is not shown: it repeats the password)"
+			break
+		}
+	}
+	return &configError{Var: "DATABASE_URL", Value: "(not shown: may hold a password)", Reason: reason,
+		Allowed: "a PostgreSQL connection string: postgres://user:password@host:5432/db or key=value pairs"}
+}
+
+// passwordCandidates returns what may be the password in a connection
+// string, URL or key=value, however malformed.
+func passwordCandidates(dsn string) []string {
+	var out []string
+	if i := strings.Index(dsn, "://"); i >= 0 {
+		rest := dsn[i+3:]
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			if _, pass, ok := strings.Cut(rest[:at], ":"); ok && pass != "" {
+				out = append(out, pass)
+			}
+		}
+	}
+	for _, m := range passwordKV.FindAllStringSubmatch(dsn, -1) {
+		if v := strings.Trim(m[1], `'"`); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+var passwordKV = regexp.MustCompile(`(?i)password\s*=\s*('[^']*'|"[^"]*"|\S+)`)
 
 // requireSinks checks that run has somewhere to deliver to.
 func (c *config) requireSinks() error {
@@ -308,10 +344,14 @@ func (c *config) sinkNames() []string {
 	return names
 }
 
-// leaseCovers reports whether a delivery that takes timeout fits in the part
-// of the lease given to deliveries.
+// leaseCovers reports whether a request that takes timeout fits in the part
+// of the lease given to deliveries, with room to spare for the claim and for
+// starting it: a sink starts no request that could outlast the lease, so a
+// timeout equal to the budget would never start one. In practice: timeout at
+// most 60% of the lease.
 func leaseCovers(lease, timeout time.Duration) bool {
-	return timeout <= relay.DeliveryBudget(lease)
+	budget := relay.DeliveryBudget(lease)
+	return timeout <= budget-max(time.Second, budget/4)
 }
 
 func namesOrNone(s []string) string {

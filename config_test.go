@@ -48,6 +48,8 @@ func TestRun_RefusesBadConfigurationNamingTheVariable(t *testing.T) {
 		{[]string{"NATS_STREAM=EVENTS"}, []string{`NATS_STREAM="EVENTS"`, "NATS_SUBJECT_PREFIX is empty"}},
 		{[]string{"NATS_ACK_TIMEOUT=0s"}, []string{`NATS_ACK_TIMEOUT="0s"`}},
 		{[]string{"DATABASE_URL=postgres://u:hunter2@[::1"}, []string{"DATABASE_URL"}},
+		{[]string{"DATABASE_URL=host=db password = hunter2 sslmode=bogus"}, []string{"DATABASE_URL"}},
+		{[]string{"DATABASE_URL=host=db password='hunter2' port=notaport"}, []string{"DATABASE_URL"}},
 		{[]string{"WEBHOOK_URL=ftp://s3cr3t@example.com/x", "WEBHOOK_SECRET=" + testSecret, "RELAY_SINK=nats"}, []string{"WEBHOOK_URL", `scheme "ftp"`}},
 		{[]string{"WEBHOOK_URL=https://example.com/x"}, []string{"WEBHOOK_SECRET", "required with WEBHOOK_URL"}},
 		{[]string{"WEBHOOK_URL=https://example.com/x", "WEBHOOK_SECRET=whsec_c2VjcmV0"}, []string{"WEBHOOK_SECRET", "not shown"}},
@@ -57,6 +59,10 @@ func TestRun_RefusesBadConfigurationNamingTheVariable(t *testing.T) {
 		{[]string{"WEBHOOK_TIMEOUT=soon"}, []string{`WEBHOOK_TIMEOUT="soon"`}},
 		{[]string{"WEBHOOK_URL=https://example.com/x", "WEBHOOK_SECRET=" + testSecret, "RELAY_SINK=webhook", "WEBHOOK_TIMEOUT=30s"}, []string{`RELAY_LEASE="30s"`, "WEBHOOK_TIMEOUT=30s"}},
 		{[]string{"RELAY_CLOUDEVENTS_SOURCE=has space"}, []string{"RELAY_CLOUDEVENTS_SOURCE"}},
+		// A timeout equal to the delivery budget (80% of the lease) would
+		// never start a request.
+		{[]string{"WEBHOOK_URL=https://example.com/x", "WEBHOOK_SECRET=" + testSecret, "RELAY_SINK=webhook", "WEBHOOK_TIMEOUT=24s"}, []string{`RELAY_LEASE="30s"`, "5/3 of WEBHOOK_TIMEOUT=24s"}},
+		{[]string{"NATS_ACK_TIMEOUT=19s"}, []string{`RELAY_LEASE="30s"`, "NATS_ACK_TIMEOUT=19s"}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.env, " "), func(t *testing.T) {

@@ -180,7 +180,7 @@ func checkSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 func openPool(ctx context.Context, c config, maxConns int32) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(c.DatabaseURL)
 	if err != nil {
-		return nil, &configError{Var: "DATABASE_URL", Value: "(not shown: may hold a password)", Reason: err.Error()}
+		return nil, databaseURLError(c.DatabaseURL, err)
 	}
 	pc.MaxConns = maxConns
 	if pc.ConnConfig.RuntimeParams == nil {

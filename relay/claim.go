@@ -17,6 +17,8 @@ type claimed struct {
 	sink string
 	// duplicate is set when the row's idempotency key was already delivered.
 	duplicate bool
+	// seq is the row's claim_seq after this claim: its settle must find it.
+	seq int32
 }
 
 // claim leases up to limit due rows whose sink is not in exclude and returns
@@ -37,7 +39,7 @@ func (r *Relay) claim(ctx context.Context, limit int, exclude []string) ([]claim
 			wasRescued       bool
 		)
 		err := rows.Scan(&c.ID, &c.Topic, &c.Payload, &key, &headers, &c.IdempotencyKey, &destination,
-			&c.CreatedAt, &c.Attempt, &wasRescued, &c.duplicate)
+			&c.CreatedAt, &c.Attempt, &c.seq, &wasRescued, &c.duplicate)
 		if err == nil {
 			c.Headers, err = parseHeaders(headers)
 		}
@@ -52,6 +54,9 @@ func (r *Relay) claim(ctx context.Context, limit int, exclude []string) ([]claim
 		if destination != nil {
 			c.Destination = *destination
 			c.sink = *destination
+			if _, ok := r.cfg.Sinks[c.sink]; !ok {
+				c.sink = unknownSink
+			}
 		}
 		if wasRescued {
 			rescued++

@@ -36,6 +36,7 @@ const (
 // outcome is what became of one claimed row; the settler writes it down.
 type outcome struct {
 	id      int64
+	seq     int32 // the claim's claim_seq: the settle's guard
 	attempt int
 	sink    string
 	kind    outcomeKind
@@ -44,6 +45,10 @@ type outcome struct {
 	err     string        // kindRetry, kindDead
 }
 
+// unknownSink groups the rows whose destination names no configured sink;
+// it is their label in metrics, so that row data cannot create series.
+const unknownSink = "(unknown)"
+
 // deliver hands batch (rows for one sink) to that sink and passes the
 // outcomes to the settler. Deliveries end by deadline, before the lease does;
 // when ctx ends first (shutdown), unfinished rows are released.
@@ -51,27 +56,37 @@ func (r *Relay) deliver(ctx context.Context, name string, batch []claimed, deadl
 	defer r.deliveries.Done()
 	out := make([]outcome, 0, len(batch))
 	sink, ok := r.cfg.Sinks[name]
-	if !ok {
-		msg := fmt.Sprintf("destination %q is not a configured sink (configured: %s)",
-			name, strings.Join(slices.Sorted(maps.Keys(r.cfg.Sinks)), ", "))
-		for i := range batch {
-			out = append(out, outcome{id: batch[i].ID, attempt: batch[i].Attempt, sink: name, kind: kindDead, reason: ReasonNoSink, err: msg})
-		}
-		r.log.Warn("dead-lettering rows for an unknown destination", "sink", name, "num_rows", len(batch))
-		r.settleCh <- out
-		return
-	}
-
 	msgs := make([]sinks.Message, 0, len(batch))
+	seqs := make([]int32, 0, len(batch))
 	for i := range batch {
-		if batch[i].duplicate {
-			out = append(out, outcome{id: batch[i].ID, attempt: batch[i].Attempt, sink: name, kind: kindDuplicate})
+		c := &batch[i]
+		o := outcome{id: c.ID, seq: c.seq, attempt: c.Attempt, sink: name}
+		switch {
+		case !ok:
+			o.kind, o.reason = kindDead, ReasonNoSink
+			o.err = fmt.Sprintf("destination %q is not a configured sink (configured: %s)",
+				c.Destination, strings.Join(slices.Sorted(maps.Keys(r.cfg.Sinks)), ", "))
+		case c.Attempt > r.cfg.MaxAttempts:
+			// Claimed again and again without an outcome: its leases
+			// expired each time, so the relay may be crashing or stalling
+			// on this very message. Stop before it takes the relay down
+			// once more.
+			o.kind, o.reason = kindDead, ReasonExhausted
+			o.err = fmt.Sprintf("claimed %d times without a delivery outcome (each lease expired): the relay may crash or stall on this message", c.Attempt)
+		case c.duplicate:
+			o.kind = kindDuplicate
+		default:
+			msgs = append(msgs, c.Message)
+			seqs = append(seqs, c.seq)
+			if r.cfg.CloudEventsSource != "" {
+				addCloudEvents(&msgs[len(msgs)-1], r.cfg.CloudEventsSource)
+			}
 			continue
 		}
-		msgs = append(msgs, batch[i].Message)
-		if r.cfg.CloudEventsSource != "" {
-			addCloudEvents(&msgs[len(msgs)-1], r.cfg.CloudEventsSource)
-		}
+		out = append(out, o)
+	}
+	if !ok {
+		r.log.Warn("dead-lettering rows for destinations that name no configured sink", "num_rows", len(batch))
 	}
 	if len(msgs) > 0 {
 		dctx, cancel := context.WithDeadline(ctx, deadline)
@@ -87,7 +102,7 @@ func (r *Relay) deliver(ctx context.Context, name string, batch []claimed, deadl
 		latency := r.metrics.DeliveryLatency.WithLabelValues(name)
 		failures := map[string]int{}
 		for i, err := range errs {
-			o := r.outcomeOf(&msgs[i], name, err, ctx.Err() != nil)
+			o := r.outcomeOf(&msgs[i], seqs[i], name, err, ctx.Err() != nil)
 			if o.kind == kindDelivered {
 				latency.Observe(now.Sub(msgs[i].CreatedAt).Seconds())
 			} else if o.kind != kindRelease {
@@ -102,16 +117,21 @@ func (r *Relay) deliver(ctx context.Context, name string, batch []claimed, deadl
 	r.settleCh <- out
 }
 
-// outcomeOf classifies the result of delivering m.
-func (r *Relay) outcomeOf(m *sinks.Message, sink string, err error, shuttingDown bool) outcome {
-	o := outcome{id: m.ID, attempt: m.Attempt, sink: sink}
+// outcomeOf classifies the result of delivering m under claim seq.
+func (r *Relay) outcomeOf(m *sinks.Message, seq int32, sink string, err error, shuttingDown bool) outcome {
+	o := outcome{id: m.ID, seq: seq, attempt: m.Attempt, sink: sink}
 	switch {
 	case err == nil:
 		o.kind = kindDelivered
 	case sinks.IsPermanent(err):
 		o.kind, o.reason, o.err = kindDead, ReasonPermanent, errorText(err)
-	case errors.Is(err, sinks.ErrNotAttempted), shuttingDown && errors.Is(err, context.Canceled):
-		o.kind = kindRelease
+	case shuttingDown && errors.Is(err, context.Canceled):
+		o.kind = kindRelease // claimable again at once, by any relay
+	case errors.Is(err, sinks.ErrNotAttempted):
+		// The sink did not try (paused, disconnected, out of time): back
+		// without spending an attempt, after a pause, so that a sink that
+		// keeps refusing does not turn claims into a busy loop.
+		o.kind, o.delay = kindRelease, r.cfg.BackoffMin
 	case m.Attempt >= r.cfg.MaxAttempts:
 		o.kind, o.reason = kindDead, ReasonExhausted
 		o.err = fmt.Sprintf("after %d attempts: %s", m.Attempt, errorText(err))

@@ -11,7 +11,7 @@
 //	│   (available_at ≤ now: due;                                    │
 //	│    > now: delayed or in backoff)                                │
 //	│                │ claim: one short transaction,                  │
-//	│                │ FOR UPDATE SKIP LOCKED, attempts+1,            │
+//	│                │ FOR UPDATE SKIP LOCKED, attempts+1, seq+1,     │
 //	│                │ leased_by, leased_until = now + lease          │
 //	│                ▼                                                │
 //	│             leased ──────────────────────────────────────────────┘
@@ -36,9 +36,12 @@
 // allows; each batch is split by sink and delivered in its own goroutine;
 // settlers write down whatever outcomes have arrived in one round trip (one
 // implicit transaction: archive + delivered keys, requeue, dead letters).
-// Every settle statement matches (id, attempts): each claim increments
-// attempts, so a relay whose lease was taken over cannot archive, requeue or
-// dead-letter the row.
+// Every settle statement matches (id, claim_seq): each claim increments
+// claim_seq and nothing decreases it, so a relay whose lease was taken over
+// cannot archive, requeue or dead-letter the row, even by retrying a settle
+// whose answer was lost. (attempts cannot serve: a release gives the attempt
+// back.) A row claimed more than MaxAttempts times without an outcome, its
+// leases expiring each time, is dead-lettered without being sent.
 //
 // # Guarantees
 //

@@ -95,3 +95,26 @@ SELECT 'events.ordered', convert_to(i::text, 'UTF8'), CASE WHEN i % 6 = 5 THEN N
 	}
 	relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, 600)
 }
+
+func TestRelay_OrderedModeHoldsBackTheRowsBehindAFailingHead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	cfg.Ordered = true
+	cfg.BackoffMin, cfg.BackoffMax = time.Hour, time.Hour
+	start(t, b, cfg)
+	// No stream captures nowhere.>: the head fails and waits an hour.
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'nowhere.x', 'x', 'k' FROM generate_series(1, 5)`)
+	relaytest.WaitFor(t, 20*time.Second, "the head to be in backoff", func() bool {
+		var n int
+		_ = b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.db.Table("messages")+" WHERE attempts = 1 AND leased_by IS NULL").Scan(&n)
+		return n == 1
+	})
+	var due int
+	if err := b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.db.Table("messages")+" WHERE available_at <= now()").Scan(&due); err != nil {
+		t.Fatal(err)
+	}
+	if due != 0 {
+		t.Errorf("%d rows behind the failing head are still due: claims would walk past them", due)
+	}
+}

@@ -138,7 +138,13 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context) {
 			continue
 		}
 		start := time.Now()
-		batch, err := r.claim(ctx, r.cfg.BatchSize, exclude)
+		// The claim is not cut short by shutdown: rows it leased are
+		// delivered or released by the drain, not left leased until the
+		// lease expires. A claim stuck behind a lock gives up after a
+		// quarter of the lease.
+		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/4)
+		batch, err := r.claim(claimCtx, r.cfg.BatchSize, exclude)
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
@@ -395,6 +396,47 @@ func TestRelay_UnknownDestinationIsDeadLettered(t *testing.T) {
 	if got := b.nats.Count(t, stream); got != 1 {
 		t.Errorf("stream holds %d messages, want 1", got)
 	}
+	relaytest.WaitForCount(t, 10*time.Second, `messages_total{sink="(unknown)",outcome="dead_lettered"}`, func() float64 {
+		return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("(unknown)", "dead_lettered"))
+	}, 1)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(cfg.Metrics.Messages)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "sink" && l.GetValue() != "nats" && l.GetValue() != "(unknown)" {
+					t.Errorf("messages_total has a series for sink %q: row data must not make series", l.GetValue())
+				}
+			}
+		}
+	}
+}
+
+func TestRelay_ARowThatOutlivesEveryLeaseIsDeadLetteredUnsent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// The row's leases expired three times without an outcome: a relay
+	// that crashes on this message each time it claims it.
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, attempts, claim_seq, leased_by, leased_until)
+	              VALUES ('events.a', 'x', 'crasher', 3, 3, 'dead-relay', now() - interval '1 second')`)
+	cfg := b.config(t)
+	cfg.MaxAttempts = 3
+	start(t, b, cfg)
+	relaytest.WaitDrained(t, b.db, 10*time.Second)
+	var reason, errText string
+	if err := b.db.Pool.QueryRow(context.Background(), "SELECT reason, error FROM "+b.db.Table("dead_letters")).Scan(&reason, &errText); err != nil {
+		t.Fatal(err)
+	}
+	if reason != relay.ReasonExhausted || !bytes.Contains([]byte(errText), []byte("without a delivery outcome")) {
+		t.Errorf("dead letter %q: %q", reason, errText)
+	}
+	if got := b.nats.Count(t, stream); got != 0 {
+		t.Errorf("the message was sent %d times, want 0", got)
+	}
 }
 
 // blockingSink holds every delivery until its context ends.
@@ -455,7 +497,7 @@ func TestRelay_GuardedSettleCannotArchiveARowTakenOver(t *testing.T) {
 	b.db.Exec(t, `UPDATE %s.messages SET leased_until = now() WHERE idempotency_key = 'contested'`)
 	var tookOver int
 	err := b.db.Pool.QueryRow(context.Background(),
-		"UPDATE "+b.db.Table("messages")+" SET leased_by = 'relay-b', attempts = attempts + 1, leased_until = now() + interval '1 hour' WHERE idempotency_key = 'contested' RETURNING attempts").Scan(&tookOver)
+		"UPDATE "+b.db.Table("messages")+" SET leased_by = 'relay-b', attempts = attempts + 1, claim_seq = claim_seq + 1, leased_until = now() + interval '1 hour' WHERE idempotency_key = 'contested' RETURNING attempts").Scan(&tookOver)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,6 +511,9 @@ func TestRelay_GuardedSettleCannotArchiveARowTakenOver(t *testing.T) {
 	}
 	if leasedBy != "relay-b" || b.db.Count(t, "archive") != 0 {
 		t.Errorf("row leased by %q, archive holds %d; want relay-b's lease intact and nothing archived", leasedBy, b.db.Count(t, "archive"))
+	}
+	if got := testutil.ToFloat64(cfgA.Metrics.Messages.WithLabelValues("nats", "delivered")); got != 0 {
+		t.Errorf("relay A counted %v deliveries for an outcome it could not write down, want 0", got)
 	}
 }
 

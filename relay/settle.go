@@ -40,7 +40,11 @@ func (r *Relay) settleWithRetry(ctx context.Context, items []outcome) {
 	giveUp := time.Now().Add(r.cfg.Lease)
 	wait := 50 * time.Millisecond
 	for {
-		err := r.settle(ctx, items)
+		// A statement stuck behind a lock (an operator's open transaction,
+		// an ALTER TABLE) must not hold the settler forever.
+		attemptCtx, cancel := context.WithDeadline(ctx, giveUp)
+		err := r.settle(attemptCtx, items)
+		cancel()
 		if err == nil {
 			return
 		}
@@ -62,7 +66,7 @@ func (r *Relay) settleWithRetry(ctx context.Context, items []outcome) {
 // settle writes the outcomes in one statement: delivered and duplicate rows
 // to the archive, retried and released rows back to the queue, failed rows
 // to the dead letters. It only touches rows still under the claim that
-// delivered them (same attempts).
+// delivered them (same claim_seq).
 func (r *Relay) settle(ctx context.Context, items []outcome) error {
 	var (
 		archive    archiveArgs
@@ -82,37 +86,45 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 	}
 
 	start := time.Now()
-	var archived, requeued, deadLettered int64
+	var archived, requeued, deadLettered []int64
 	err := r.pool.QueryRow(ctx, r.q.settle, planPerExecution,
-		archive.ids, archive.attempts, archive.duplicate,
-		requeue.ids, requeue.attempts, requeue.delayMicros, requeue.errors, requeue.release,
-		deadLetter.ids, deadLetter.attempts, deadLetter.reasons, deadLetter.errors,
+		archive.ids, archive.seqs, archive.duplicate,
+		requeue.ids, requeue.seqs, requeue.delayMicros, requeue.errors, requeue.release,
+		deadLetter.ids, deadLetter.seqs, deadLetter.reasons, deadLetter.errors,
 	).Scan(&archived, &requeued, &deadLettered)
 	if err != nil {
 		return fmt.Errorf("settle %d rows: %w", len(items), err)
 	}
 	r.metrics.SettleDuration.Observe(time.Since(start).Seconds())
 
-	lost := int64(len(items)) - archived - requeued - deadLettered
-	if lost > 0 {
+	settled := make(map[int64]bool, len(items))
+	for _, ids := range [][]int64{archived, requeued, deadLettered} {
+		for _, id := range ids {
+			settled[id] = true
+		}
+	}
+	if lost := len(items) - len(settled); lost > 0 {
 		r.metrics.LeaseLost.Add(float64(lost))
-		r.log.Warn("rows were claimed by another relay before this one settled them; they will be delivered again",
+		r.log.Warn("rows were claimed again before this relay settled them (its lease had expired); their outcome here is dropped and they are delivered under the new claim",
 			"num_rows", lost, "lease", r.cfg.Lease)
 	}
-	r.count(items)
-	r.log.Debug("settled", "num_archived", archived, "num_requeued", requeued, "num_dead_lettered", deadLettered)
+	r.count(items, settled)
+	r.log.Debug("settled", "num_archived", len(archived), "num_requeued", len(requeued), "num_dead_lettered", len(deadLettered))
 	return nil
 }
 
-// count adds settled outcomes to outbox_relay_messages_total.
-func (r *Relay) count(items []outcome) {
+// count adds the outcomes that were written down to
+// outbox_relay_messages_total; those a newer claim overtook are not counted.
+func (r *Relay) count(items []outcome, settled map[int64]bool) {
 	type key struct {
 		sink    string
 		outcome string
 	}
 	counts := map[key]int{}
 	for i := range items {
-		counts[key{items[i].sink, outcomeLabel(items[i].kind)}]++
+		if settled[items[i].id] {
+			counts[key{items[i].sink, outcomeLabel(items[i].kind)}]++
+		}
 	}
 	for k, n := range counts {
 		r.metrics.Messages.WithLabelValues(k.sink, k.outcome).Add(float64(n))
@@ -146,19 +158,19 @@ func countBySink(items []outcome) map[string]int {
 
 type archiveArgs struct {
 	ids       []int64
-	attempts  []int32
+	seqs      []int32
 	duplicate []bool
 }
 
 func (a *archiveArgs) add(o *outcome) {
 	a.ids = append(a.ids, o.id)
-	a.attempts = append(a.attempts, int32(o.attempt))
+	a.seqs = append(a.seqs, o.seq)
 	a.duplicate = append(a.duplicate, o.kind == kindDuplicate)
 }
 
 type requeueArgs struct {
 	ids         []int64
-	attempts    []int32
+	seqs        []int32
 	delayMicros []int64
 	errors      []*string
 	release     []bool
@@ -166,7 +178,7 @@ type requeueArgs struct {
 
 func (a *requeueArgs) add(o *outcome) {
 	a.ids = append(a.ids, o.id)
-	a.attempts = append(a.attempts, int32(o.attempt))
+	a.seqs = append(a.seqs, o.seq)
 	a.delayMicros = append(a.delayMicros, o.delay.Microseconds())
 	if o.kind == kindRelease {
 		a.errors = append(a.errors, nil)
@@ -177,15 +189,15 @@ func (a *requeueArgs) add(o *outcome) {
 }
 
 type deadLetterArgs struct {
-	ids      []int64
-	attempts []int32
-	reasons  []string
-	errors   []string
+	ids     []int64
+	seqs    []int32
+	reasons []string
+	errors  []string
 }
 
 func (a *deadLetterArgs) add(o *outcome) {
 	a.ids = append(a.ids, o.id)
-	a.attempts = append(a.attempts, int32(o.attempt))
+	a.seqs = append(a.seqs, o.seq)
 	a.reasons = append(a.reasons, o.reason)
 	a.errors = append(a.errors, o.err)
 }

@@ -32,11 +32,12 @@ WITH due AS MATERIALIZED (
 )
 UPDATE %[1]s.messages AS m
    SET attempts = m.attempts + 1,
+       claim_seq = m.claim_seq + 1,
        leased_by = $1,
        leased_until = now() + $5::interval
  WHERE m.id = ANY (ARRAY(SELECT id FROM due))
 RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
-          m.created_at, m.attempts,
+          m.created_at, m.attempts, m.claim_seq,
           m.id = ANY (ARRAY(SELECT id FROM due WHERE leased_by IS NOT NULL)),
           (SELECT true FROM %[1]s.delivered_keys AS k WHERE k.idempotency_key = m.idempotency_key LIMIT 1) IS NOT NULL`
 
@@ -51,20 +52,22 @@ const orderedClaimCondition = `
 // queryMessagesSettle writes down the outcomes of deliveries in one
 // statement (one round trip, one transaction):
 //
-//   - delivered rows, and rows skipped as duplicates ($1 ids, $2 attempts,
+//   - delivered rows, and rows skipped as duplicates ($1 ids, $2 claim_seq,
 //     $3 duplicate), move to the archive, and the keys of those delivered
 //     are recorded;
-//   - rows to try again ($4 ids, $5 attempts) end their lease and become
+//   - rows to try again ($4 ids, $5 claim_seq) end their lease and become
 //     due after $6 microseconds, with $7 as the last error (NULL keeps the
 //     previous one); $8 = true gives the attempt back (released without a
 //     delivery being tried to the end);
-//   - failed rows ($9 ids, $10 attempts) move to the dead letters with
+//   - failed rows ($9 ids, $10 claim_seq) move to the dead letters with
 //     reason $11 and error $12.
 //
-// It returns how many rows each part touched. A row is touched only while
-// its attempts still equal those of the claim that delivered it: every claim
-// increments attempts, so a row another claim has taken over (after this
-// one's lease expired) no longer matches and the late outcome is dropped.
+// It returns the ids each part touched. A row is touched only while its
+// claim_seq is still that of the claim that delivered it: every claim
+// increments claim_seq and nothing decreases it, so a row another claim has
+// taken over (after this one's lease expired) no longer matches and the late
+// outcome is dropped, even when a settle is retried after a commit whose
+// answer was lost. %[2]s is the ordered-mode part (orderedHoldBack).
 //
 // The relay runs it with a plan made for the actual arrays (see
 // planPerExecution): each part finds its rows through the primary key
@@ -75,8 +78,8 @@ const orderedClaimCondition = `
 const queryMessagesSettle = `
 WITH archived AS (
     DELETE FROM %[1]s.messages AS m
-     USING unnest($1::bigint[], $2::int[], $3::bool[]) AS s(id, attempts, duplicate)
-     WHERE m.id = ANY ($1::bigint[]) AND m.id = s.id AND m.attempts = s.attempts
+     USING unnest($1::bigint[], $2::int[], $3::bool[]) AS s(id, claim_seq, duplicate)
+     WHERE m.id = ANY ($1::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, s.duplicate
 ), archive_insert AS (
@@ -96,13 +99,13 @@ WITH archived AS (
            last_error = coalesce(r.error, m.last_error),
            attempts = m.attempts - CASE WHEN r.release THEN 1 ELSE 0 END
       FROM unnest($4::bigint[], $5::int[], $6::bigint[], $7::text[], $8::bool[])
-           AS r(id, attempts, delay_us, error, release)
-     WHERE m.id = ANY ($4::bigint[]) AND m.id = r.id AND m.attempts = r.attempts
- RETURNING m.id
-), dead AS (
+           AS r(id, claim_seq, delay_us, error, release)
+     WHERE m.id = ANY ($4::bigint[]) AND m.id = r.id AND m.claim_seq = r.claim_seq
+ RETURNING m.id, m.key, m.available_at
+)%[2]s, dead AS (
     DELETE FROM %[1]s.messages AS m
-     USING unnest($9::bigint[], $10::int[], $11::text[], $12::text[]) AS d(id, attempts, reason, error)
-     WHERE m.id = ANY ($9::bigint[]) AND m.id = d.id AND m.attempts = d.attempts
+     USING unnest($9::bigint[], $10::int[], $11::text[], $12::text[]) AS d(id, claim_seq, reason, error)
+     WHERE m.id = ANY ($9::bigint[]) AND m.id = d.id AND m.claim_seq = d.claim_seq
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, d.reason, d.error
 ), dead_insert AS (
@@ -111,7 +114,20 @@ WITH archived AS (
     SELECT id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, reason, error
       FROM dead
 )
-SELECT (SELECT count(*) FROM archived), (SELECT count(*) FROM requeued), (SELECT count(*) FROM dead)`
+SELECT coalesce((SELECT array_agg(id) FROM archived), '{}'),
+       coalesce((SELECT array_agg(id) FROM requeued), '{}'),
+       coalesce((SELECT array_agg(id) FROM dead), '{}')`
+
+// orderedHoldBack, in ordered mode, moves the rows queued behind a requeued
+// head of their key to the head's new available_at: they could not be
+// claimed before it anyway, and out of the due range a claim does not walk
+// past them one by one.
+const orderedHoldBack = `, held_back AS (
+    UPDATE %[1]s.messages AS m
+       SET available_at = q.available_at
+      FROM (SELECT key, id, available_at FROM requeued WHERE key IS NOT NULL) AS q
+     WHERE m.key = q.key AND m.id > q.id AND m.available_at < q.available_at
+)`
 
 // queryArchiveDeleteExpired deletes up to $2 archived rows delivered before
 // $1; the janitor repeats it until fewer come back.
@@ -167,13 +183,13 @@ type queries struct {
 func renderQueries(schema string, ordered bool) queries {
 	s := migrations.Quote(schema)
 	f := func(q string) string { return fmt.Sprintf(q, s) }
-	condition := ""
+	condition, holdBack := "", ""
 	if ordered {
-		condition = f(orderedClaimCondition)
+		condition, holdBack = f(orderedClaimCondition), f(orderedHoldBack)
 	}
 	return queries{
 		claim:                fmt.Sprintf(queryMessagesClaim, s, condition),
-		settle:               f(queryMessagesSettle),
+		settle:               fmt.Sprintf(queryMessagesSettle, s, holdBack),
 		deleteExpiredArchive: f(queryArchiveDeleteExpired),
 		deleteExpiredKeys:    f(queryDeliveredKeysDeleteExpired),
 		backlog:              f(queryMessagesBacklog),

@@ -28,13 +28,17 @@ CREATE TABLE {{.schema}}.messages (
     -- Owned by the relay.
     created_at      timestamptz NOT NULL DEFAULT now(),
     attempts        integer     NOT NULL DEFAULT 0,
+    -- Incremented by every claim and never decreased: the fencing token
+    -- that a claim's settle must still find (attempts is given back when a
+    -- row is released, so it cannot serve).
+    claim_seq       integer     NOT NULL DEFAULT 0,
     leased_by       text,
     leased_until    timestamptz,
     last_error      text,
     CONSTRAINT messages_idempotency_key_key UNIQUE (idempotency_key)
 ) WITH (
-    -- A claim only writes columns outside every index (attempts, leased_by,
-    -- leased_until), so with room left on each page it is a HOT update:
+    -- A claim only writes columns outside every index (attempts, claim_seq,
+    -- leased_by, leased_until), so with room left on each page it is a HOT update:
     -- no index entries are written. A queue table: vacuum early so that
     -- claims never walk long runs of dead tuples, and analyze often so that
     -- plans follow the backlog.

@@ -10,8 +10,8 @@
 // takes rows from the hot table or the dead letters it locks them with FOR
 // UPDATE SKIP LOCKED, so it never waits for a relay's claim nor makes one
 // wait, and it never touches a row under a running lease: a relay settles
-// only rows it still holds (same relay, same attempt), so its late settle
-// of a row an operator moved is a no-op. Dry runs (DryRun) run a read-only
+// only rows still under its claim (the row's claim_seq, which every claim
+// increments), so its late settle of a row an operator moved is a no-op. Dry runs (DryRun) run a read-only
 // transaction that counts what the operation would touch.
 //
 // Operations that move or delete rows refuse to run without a filter
