@@ -19,6 +19,8 @@ type claimed struct {
 	duplicate bool
 	// seq is the row's claim_seq after this claim: its settle must find it.
 	seq int32
+	// rescued is set when the row's previous lease expired unsettled.
+	rescued bool
 }
 
 // claim leases up to limit due rows whose sink is not in exclude and returns
@@ -36,10 +38,9 @@ func (r *Relay) claim(ctx context.Context, limit int, exclude []string) ([]claim
 			c                claimed
 			key, destination *string
 			headers          []byte
-			wasRescued       bool
 		)
 		err := rows.Scan(&c.ID, &c.Topic, &c.Payload, &key, &headers, &c.IdempotencyKey, &destination,
-			&c.CreatedAt, &c.Attempt, &c.seq, &wasRescued, &c.duplicate)
+			&c.CreatedAt, &c.Attempt, &c.seq, &c.rescued, &c.duplicate)
 		if err == nil {
 			c.Headers, err = parseHeaders(headers)
 		}
@@ -58,7 +59,7 @@ func (r *Relay) claim(ctx context.Context, limit int, exclude []string) ([]claim
 				c.sink = unknownSink
 			}
 		}
-		if wasRescued {
+		if c.rescued {
 			rescued++
 		}
 		batch = append(batch, c)

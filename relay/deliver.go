@@ -66,7 +66,7 @@ func (r *Relay) deliver(ctx context.Context, name string, batch []claimed, deadl
 			o.kind, o.reason = kindDead, ReasonNoSink
 			o.err = fmt.Sprintf("destination %q is not a configured sink (configured: %s)",
 				c.Destination, strings.Join(slices.Sorted(maps.Keys(r.cfg.Sinks)), ", "))
-		case c.Attempt > r.cfg.MaxAttempts:
+		case c.rescued && c.Attempt > r.cfg.MaxAttempts:
 			// Claimed again and again without an outcome: its leases
 			// expired each time, so the relay may be crashing or stalling
 			// on this very message. Stop before it takes the relay down
