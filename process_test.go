@@ -160,7 +160,7 @@ func TestProcess_SIGKILLMidBatchLosesNothing(t *testing.T) {
 	srv.CreateStream(t, "EVENTS", "events.>")
 	const n = 20000
 	relaytest.InsertRows(t, db, n, "events.orders.created")
-	env := relayEnv(db, srv, "RELAY_LEASE=3s", "NATS_ACK_TIMEOUT=2s", "RELAY_BATCH_SIZE=200")
+	env := relayEnv(db, srv, "RELAY_LEASE=4s", "NATS_ACK_TIMEOUT=1s", "RELAY_BATCH_SIZE=200")
 
 	first := startProcess(t, env...)
 	relaytest.WaitFor(t, 30*time.Second, "deliveries to start while rows are leased", func() bool {
@@ -238,7 +238,7 @@ func TestProcess_SIGTERMDuringAHangingWebhookExitsWithinTheDrainTimeout(t *testi
 	})
 	p := startProcess(t,
 		"DATABASE_URL="+db.URL, "RELAY_SCHEMA="+db.Name,
-		"WEBHOOK_URL="+rcv.URL, "WEBHOOK_SECRET="+rcv.Secret, "WEBHOOK_TIMEOUT=20s", "RELAY_LEASE=30s",
+		"WEBHOOK_URL="+rcv.URL, "WEBHOOK_SECRET="+rcv.Secret, "WEBHOOK_TIMEOUT=15s", "RELAY_LEASE=30s",
 		"RELAY_DRAIN_TIMEOUT=1s")
 	relaytest.InsertRows(t, db, 20, "orders.created")
 	select {
