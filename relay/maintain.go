@@ -50,7 +50,11 @@ func (r *Relay) queryStats(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("query backlog: %w", err)
 	}
-	backlog := map[string]float64{}
+	// Every configured sink and unknownSink get a value each time (no
+	// Reset, so that a scrape never sees the series missing), and
+	// destinations that name no sink share unknownSink: row data must not
+	// make series.
+	backlog := map[string]float64{unknownSink: 0}
 	for name := range r.cfg.Sinks {
 		backlog[name] = 0
 	}
@@ -61,7 +65,10 @@ func (r *Relay) queryStats(ctx context.Context) error {
 			rows.Close()
 			return fmt.Errorf("query backlog: %w", err)
 		}
-		backlog[sink] = float64(due)
+		if _, ok := r.cfg.Sinks[sink]; !ok {
+			sink = unknownSink
+		}
+		backlog[sink] += float64(due)
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("query backlog: %w", err)
@@ -73,7 +80,6 @@ func (r *Relay) queryStats(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read table health: %w", err)
 	}
-	r.metrics.Backlog.Reset()
 	for sink, n := range backlog {
 		r.metrics.Backlog.WithLabelValues(sink).Set(n)
 	}

@@ -100,7 +100,7 @@ func NewMetrics() *Metrics {
 		}, []string{"sink"}),
 		Backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Name: "backlog",
-			Help: "Rows due for delivery now (not leased, not in backoff), by destination sink; counted up to 1,000,000.",
+			Help: "Rows due for delivery now (not leased, not in backoff), by destination sink ((unknown) for destinations that name no configured sink); counted up to 1,000,000.",
 		}, []string{"sink"}),
 		OldestDueAge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "oldest_due_age_seconds",

@@ -62,7 +62,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 			cfg.Metrics.Messages.WithLabelValues(name, o)
 		}
 		cfg.Metrics.InFlight.WithLabelValues(name)
+		cfg.Metrics.Backlog.WithLabelValues(name)
 	}
+	cfg.Metrics.Backlog.WithLabelValues(unknownSink)
 	for _, table := range []string{"archive", "delivered_keys"} {
 		cfg.Metrics.RetentionDeleted.WithLabelValues(table)
 	}
