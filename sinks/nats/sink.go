@@ -240,10 +240,6 @@ func (s *Sink) Available() error {
 	return nil
 }
 
-// Conn returns the underlying connection, for checks such as whether a
-// stream captures the configured subjects.
-func (s *Sink) Conn() *nats.Conn { return s.nc }
-
 // Close flushes and closes the connection.
 func (s *Sink) Close() error {
 	if s.nc.IsConnected() {
