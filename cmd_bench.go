@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"io"
 	"os"
 	"runtime/pprof"
@@ -17,7 +17,7 @@ func cmdBench(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		"Measure the relay with its default settings against DATABASE_URL and NATS_URL: the drain rate of a\n"+
 			"preloaded backlog (-mode backlog) or insert-to-ack latency at a steady rate (-mode steady).\n"+
 			"It drops and recreates the schema given by -schema and the JetStream stream OUTBOX_BENCH.\n"+
-			"Prints one JSON line. scripts/bench.sh runs it beside ../shared/refloop for a ratio.", stderr)
+			"Prints one JSON line; -compare runs ../shared/refloop alternately and prints ratios (make bench).", stderr)
 	n := fs.Int("n", 100000, "number of events")
 	payload := fs.Int("payload", 256, "payload size in bytes")
 	mode := fs.String("mode", "backlog", "backlog | steady")
@@ -43,8 +43,8 @@ func cmdBench(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 	if c.NatsURL == "" {
 		return &configError{Var: "NATS_URL", Allowed: "the URL of a NATS server with JetStream"}
 	}
-	if *schema == c.Schema && environ != nil && lookup(environ, "RELAY_SCHEMA") != "" {
-		return usageError{errors.New("-schema must not be RELAY_SCHEMA: the benchmark drops its schema")}
+	if *schema == c.Schema {
+		return usageError{fmt.Errorf("-schema %s is the relay's schema (RELAY_SCHEMA): the benchmark drops its schema, so give it another", *schema)}
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -67,13 +67,4 @@ func cmdBench(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		return bench.Compare(ctx, o, *compare, *rounds, stdout)
 	}
 	return bench.Run(ctx, o, stdout)
-}
-
-func lookup(environ []string, name string) string {
-	for _, kv := range environ {
-		if len(kv) > len(name) && kv[:len(name)+1] == name+"=" {
-			return kv[len(name)+1:]
-		}
-	}
-	return ""
 }

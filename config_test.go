@@ -160,3 +160,13 @@ func TestRun_WithoutMigrationsRefusesASchemaThatIsBehind(t *testing.T) {
 		t.Error("RELAY_MIGRATE=false created the schema")
 	}
 }
+
+func TestBench_RefusesToDropTheRelaysSchema(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"bench", "-schema", "outbox"},
+		[]string{"DATABASE_URL=postgres://127.0.0.1:1/db", "NATS_URL=nats://127.0.0.1:1"}, &stdout, &stderr)
+	if code != exitUsage || !strings.Contains(stderr.String(), "RELAY_SCHEMA") {
+		t.Errorf("exit %d, stderr %q; want %d refusing to drop the relay's schema", code, stderr.String(), exitUsage)
+	}
+}
