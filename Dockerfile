@@ -33,8 +33,8 @@ COPY --from=build /out/outbox-relay /outbox-relay
 # distroless's nonroot user, spelled out so that runtimes that check for a
 # numeric non-root user (Kubernetes runAsNonRoot) accept the image.
 USER 65532:65532
-# /metrics, /livez and /readyz (RELAY_HTTP_ADDR, default :9090).
-EXPOSE 9090
+# /metrics, /livez and /readyz (RELAY_HTTP_ADDR, default :8461).
+EXPOSE 8461
 # Exec form: the image has no shell. healthcheck probes /readyz on
 # RELAY_HTTP_ADDR from the container's own environment.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \

@@ -7,14 +7,15 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,10 +25,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	natssink "github.com/outbox-relay/outbox-relay/sinks/nats"
@@ -43,13 +43,17 @@ const (
 type Options struct {
 	DatabaseURL string
 	NatsURL     string
-	// Schema is dropped and recreated: never point it at real data.
+	// Schema is the scratch schema: created with a marker, and dropped and
+	// recreated by later runs only while it carries the marker.
 	Schema       string
 	Mode         string // backlog or steady
 	N            int
 	PayloadBytes int
 	// Rate is the producer's events per second in steady mode.
 	Rate float64
+	// Keys, when set, gives the rows that many ordering keys, interleaved
+	// (row i has key i mod Keys), so that each key has N/Keys events.
+	Keys int
 	// Relay is the relay configuration; zero values are the defaults, which
 	// is what the benchmark is for.
 	Relay   relay.Config
@@ -67,6 +71,8 @@ type Result struct {
 	P50ms         *float64       `json:"p50_ms"`
 	P99ms         *float64       `json:"p99_ms"`
 	Mode          string         `json:"mode"`
+	Ordered       bool           `json:"ordered"`
+	Keys          int            `json:"keys,omitempty"`
 	Batch         int            `json:"batch"`
 	PayloadBytes  int            `json:"payload_bytes"`
 	InsertSeconds float64        `json:"insert_seconds,omitempty"`
@@ -117,6 +123,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	cfg.Sinks = map[string]sinks.Sink{"nats": &timingSink{next: sink, lat: lat, steady: o.Mode == "steady"}}
 	cfg.Logger = o.Logger
 	cfg.Metrics = relay.NewMetrics()
+	res.Ordered, res.Keys = cfg.Ordered, o.Keys
 	res.Batch = cfg.BatchSize
 	if res.Batch == 0 {
 		res.Batch = relay.BatchSizeDefault
@@ -131,7 +138,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		return err
 	}
 	delivered := func() int {
-		return int(testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("nats", "delivered")))
+		return int(counterValue(cfg.Metrics.Messages.WithLabelValues("nats", "delivered")))
 	}
 
 	var start time.Time
@@ -145,7 +152,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 			return fmt.Errorf("preload: %w", err)
 		}
 		res.InsertSeconds = round(time.Since(t0).Seconds(), 4)
-		if _, err := pool.Exec(ctx, "ANALYZE "+migrations.Quote(o.Schema)+".messages"); err != nil {
+		if _, err := pool.Exec(ctx, "ANALYZE "+outbox.QuoteSchema(o.Schema)+".messages"); err != nil {
 			return err
 		}
 		start = time.Now()
@@ -198,6 +205,9 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		return err
 	}
 	res.Extra["outbox_left"], res.Extra["archived"], res.Extra["stream_msgs"] = left, archived, msgs
+	if rss, ok := peakRSS(); ok {
+		res.Extra["peak_rss_mb"] = round(float64(rss)/(1<<20), 1)
+	}
 	res.Verified = left == 0 && archived == int64(o.N) && msgs == uint64(o.N)
 	return json.NewEncoder(w).Encode(res)
 }
@@ -272,42 +282,6 @@ func (l *latencies) percentiles() (p50, p99 float64) {
 	return at(0.50), at(0.99)
 }
 
-func resetSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+migrations.Quote(schema)+" CASCADE"); err != nil {
-		return fmt.Errorf("drop bench schema: %w", err)
-	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	_, err = migrations.Apply(ctx, conn.Conn(), schema)
-	return err
-}
-
-func resetStream(ctx context.Context, url string) error {
-	nc, err := nats.Connect(url)
-	if err != nil {
-		return fmt.Errorf("connect to NATS: %w", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	if err := js.DeleteStream(ctx, Stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("delete stream: %w", err)
-	}
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: Stream, Subjects: []string{"bench.outbox.>"}, Storage: jetstream.FileStorage,
-		Duplicates: 2 * time.Minute, Replicas: 1,
-	})
-	if err != nil {
-		return fmt.Errorf("create stream: %w", err)
-	}
-	return nil
-}
-
 func streamMsgs(ctx context.Context, url string) (uint64, error) {
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -330,7 +304,7 @@ func streamMsgs(ctx context.Context, url string) (uint64, error) {
 }
 
 func counts(ctx context.Context, pool *pgxpool.Pool, schema string) (left, archived int64, err error) {
-	q := migrations.Quote(schema)
+	q := outbox.QuoteSchema(schema)
 	err = pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+q+".messages), (SELECT count(*) FROM "+q+".archive)").Scan(&left, &archived)
 	return left, archived, err
 }
@@ -361,9 +335,14 @@ func preload(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 			return nil, nil
 		}
 		i++
-		return []any{Subject, Payload(int64(i), o.PayloadBytes), headers(int64(i))}, nil
+		var key *string
+		if o.Keys > 0 {
+			k := "key-" + strconv.Itoa(i%o.Keys)
+			key = &k
+		}
+		return []any{Subject, Payload(int64(i), o.PayloadBytes), headers(int64(i)), key}, nil
 	})
-	n, err := pool.CopyFrom(ctx, pgx.Identifier{o.Schema, "messages"}, []string{"topic", "payload", "headers"}, src)
+	n, err := pool.CopyFrom(ctx, pgx.Identifier{o.Schema, "messages"}, []string{"topic", "payload", "headers", "key"}, src)
 	if err != nil {
 		return err
 	}
@@ -383,7 +362,7 @@ func produce(ctx context.Context, pool *pgxpool.Pool, o Options, lat *latencies)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, producers)
-	sql := "INSERT INTO " + migrations.Quote(o.Schema) + ".messages (topic, payload, headers, idempotency_key) VALUES ($1, $2, $3::jsonb, $4)"
+	sql := "INSERT INTO " + outbox.QuoteSchema(o.Schema) + ".messages (topic, payload, headers, idempotency_key) VALUES ($1, $2, $3::jsonb, $4)"
 	for range producers {
 		wg.Go(func() {
 			for {
@@ -405,6 +384,15 @@ func produce(ctx context.Context, pool *pgxpool.Pool, o Options, lat *latencies)
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// counterValue reads a counter without the test-only prometheus/testutil.
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
 }
 
 // histogramStats returns the observation count and mean of a histogram (or
@@ -429,4 +417,20 @@ func histogramStats(c prometheus.Collector) (count uint64, mean float64) {
 func round(v float64, places int) float64 {
 	p := math.Pow(10, float64(places))
 	return math.Round(v*p) / p
+}
+
+// peakRSS returns the process's peak resident set size in bytes (VmHWM in
+// /proc/self/status), on Linux.
+func peakRSS() (int64, bool) {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb * 1024, err == nil
+		}
+	}
+	return 0, false
 }

@@ -6,19 +6,22 @@ package relaytest
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 
-	"github.com/outbox-relay/outbox-relay/internal/testdb"
-	"github.com/outbox-relay/outbox-relay/internal/testnats"
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/natstest"
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 )
 
 // InsertRows inserts n rows into db's outbox with plain SQL: payloads that
 // differ per row and include non-UTF-8 bytes, two headers, every fourth row
 // keyed.
-func InsertRows(t testing.TB, db *testdb.Schema, n int, topic string) {
+func InsertRows(t testing.TB, db *dbtest.Schema, n int, topic string) {
 	t.Helper()
 	db.Exec(t, `
 INSERT INTO %s.messages (topic, payload, key, headers)
@@ -39,7 +42,7 @@ type Archived struct {
 // Archive returns the archived rows matching where (an SQL condition, "true"
 // for all) by idempotency key, failing t when a key was archived twice as
 // delivered.
-func Archive(t testing.TB, db *testdb.Schema, where string) map[string]Archived {
+func Archive(t testing.TB, db *dbtest.Schema, where string) map[string]Archived {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(), "SELECT idempotency_key, payload, headers, duplicate FROM "+db.Table("archive")+" WHERE "+where)
 	if err != nil {
@@ -69,14 +72,14 @@ func Archive(t testing.TB, db *testdb.Schema, where string) map[string]Archived 
 // AssertStreamMatchesArchive checks that stream holds exactly want messages,
 // one per delivered row of the archive, each with the row's payload byte for
 // byte, its headers and Nats-Msg-Id = its idempotency key.
-func AssertStreamMatchesArchive(t testing.TB, db *testdb.Schema, srv *testnats.Server, stream string, want int) {
+func AssertStreamMatchesArchive(t testing.TB, db *dbtest.Schema, srv *natstest.Server, stream string, want int) {
 	t.Helper()
 	AssertStreamMatchesArchiveWhere(t, db, srv, stream, "true", want)
 }
 
 // AssertStreamMatchesArchiveWhere is AssertStreamMatchesArchive for the
 // archived rows matching where, such as those of one destination.
-func AssertStreamMatchesArchiveWhere(t testing.TB, db *testdb.Schema, srv *testnats.Server, stream, where string, want int) {
+func AssertStreamMatchesArchiveWhere(t testing.TB, db *dbtest.Schema, srv *natstest.Server, stream, where string, want int) {
 	t.Helper()
 	arch := Archive(t, db, where)
 	if len(arch) != want {
@@ -108,31 +111,27 @@ func AssertStreamMatchesArchiveWhere(t testing.TB, db *testdb.Schema, srv *testn
 	}
 }
 
-// WaitFor polls cond every 20ms until it holds, failing t after timeout.
-func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+// WaitFor waits until the boolean query (with %s for the quoted schema)
+// returns true.
+func WaitFor(t testing.TB, db *dbtest.Schema, query string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	q := strings.ReplaceAll(query, "%s", pgx.Identifier{db.Name}.Sanitize())
+	waitfor.Condition(t, 30*time.Second, query, func() bool {
+		var ok bool
+		_ = db.Pool.QueryRow(context.Background(), q).Scan(&ok)
+		return ok
+	})
 }
 
-// WaitForCount waits until the counter get reaches want and fails t if it
-// passed it. Settled outcomes are counted just after their transaction
-// commits, so a test that saw the rows leave the table waits for the count.
-func WaitForCount(t testing.TB, timeout time.Duration, what string, get func() float64, want float64) {
-	t.Helper()
-	WaitFor(t, timeout, what, func() bool { return get() >= want })
-	if got := get(); got != want {
-		t.Errorf("%s = %v, want %v", what, got, want)
-	}
+// Budget is how long a test may wait for n rows to go through the relay: a
+// generous base plus 5ms a row, so that a loaded machine (CI beside other
+// work, the race detector) slows a test down without failing it.
+func Budget(n int) time.Duration {
+	return 30*time.Second + time.Duration(n)*5*time.Millisecond
 }
 
 // WaitDrained waits for db's hot table to empty.
-func WaitDrained(t testing.TB, db *testdb.Schema, timeout time.Duration) {
+func WaitDrained(t testing.TB, db *dbtest.Schema, timeout time.Duration) {
 	t.Helper()
-	WaitFor(t, timeout, "the hot table to empty", func() bool { return db.Count(t, "messages") == 0 })
+	waitfor.Condition(t, timeout, "the hot table to empty", func() bool { return db.Count(t, "messages") == 0 })
 }

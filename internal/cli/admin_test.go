@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/relay/admin"
+)
+
+// runCmd runs the binary's run with args against db and returns the exit
+// code, stdout and stderr.
+func runCmd(t *testing.T, db *dbtest.Schema, args ...string) (int, string, string) {
+	t.Helper()
+	var environ []string
+	if db != nil {
+		environ = []string{"DATABASE_URL=" + db.URL, "RELAY_SCHEMA=" + db.Name}
+	}
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, environ, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// adminFixture holds two due rows (one for webhook) and two dead letters.
+func adminFixture(t *testing.T) *dbtest.Schema {
+	t.Helper()
+	db := dbtest.New(t)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, destination) VALUES ('orders.created', 'x', NULL), ('orders.created', 'x', 'webhook')`)
+	db.Exec(t, `
+INSERT INTO %s.dead_letters (id, topic, payload, key, idempotency_key, created_at, attempts, reason, error) VALUES
+    (7, 'orders.created', 'x', 'order-1', 'k7', now(), 1, 'permanent', 'nats: maximum payload exceeded'),
+    (8, 'payments.done',  'x', NULL,      'k8', now(), 25, 'exhausted', 'after 25 attempts: timeout')`)
+	return db
+}
+
+func TestStatusCommand(t *testing.T) {
+	t.Parallel()
+	db := adminFixture(t)
+
+	code, stdout, stderr := runCmd(t, db, "status", "--json")
+	if code != exitOK {
+		t.Fatalf("status --json: exit %d, stderr %s", code, stderr)
+	}
+	var st admin.StatusReport
+	if err := json.Unmarshal([]byte(stdout), &st); err != nil {
+		t.Fatalf("status --json printed %q: %v", stdout, err)
+	}
+	if len(st.Destinations) != 2 || st.Destinations[0].Destination != admin.DefaultSinkLabel || st.Destinations[0].Due != 1 ||
+		st.DeadLetters.Total != 2 || len(st.Tables) != 4 {
+		t.Errorf("status --json: %+v", st)
+	}
+
+	code, stdout, stderr = runCmd(t, db, "status")
+	if code != exitOK {
+		t.Fatalf("status: exit %d, stderr %s", code, stderr)
+	}
+	for _, want := range []string{"DESTINATION", "(default)", "webhook", "In flight: none", "Dead letters: 2", "permanent", "nats: maximum payload exceeded", "delivered_keys"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("status output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestDeadListCommand(t *testing.T) {
+	t.Parallel()
+	db := adminFixture(t)
+
+	code, stdout, stderr := runCmd(t, db, "dead", "list", "--topic", "orders.%")
+	if code != exitOK {
+		t.Fatalf("dead list: exit %d, stderr %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID ") || !strings.HasPrefix(lines[1], "7 ") || lines[2] != "1 dead letter" {
+		t.Errorf("dead list --topic orders.%% printed:\n%s", stdout)
+	}
+
+	code, stdout, _ = runCmd(t, db, "dead", "list", "--json", "--limit", "1")
+	var list admin.DeadList
+	if err := json.Unmarshal([]byte(stdout), &list); code != exitOK || err != nil {
+		t.Fatalf("dead list --json: exit %d, %v, printed %q", code, err, stdout)
+	}
+	if list.Matched != 2 || len(list.Letters) != 1 || list.Letters[0].ID != 7 || list.Letters[0].Key != "order-1" {
+		t.Errorf("dead list --json --limit 1: %+v", list)
+	}
+
+	code, stdout, _ = runCmd(t, db, "dead", "list", "--error", "nothing like this")
+	if code != exitOK || stdout != "no dead letters match\n" {
+		t.Errorf("dead list without matches: exit %d, %q", code, stdout)
+	}
+	code, _, stderr = runCmd(t, db, "dead", "list", "--since", "yesterday")
+	if code != exitUsage || !strings.Contains(stderr, "RFC 3339") {
+		t.Errorf("dead list --since yesterday: exit %d, stderr %s; want %d explaining the format", code, stderr, exitUsage)
+	}
+}
+
+func TestDeadRetryCommand(t *testing.T) {
+	t.Parallel()
+	db := adminFixture(t)
+
+	code, _, stderr := runCmd(t, db, "dead", "retry")
+	if code != exitUsage || !strings.Contains(stderr, "--all") {
+		t.Errorf("dead retry without a filter: exit %d, stderr %s; want %d pointing at --all", code, stderr, exitUsage)
+	}
+	code, stdout, stderr := runCmd(t, db, "dead", "retry", "--all", "--dry-run")
+	if code != exitOK || stdout != "would retry 2 dead letters (dry run)\n" {
+		t.Errorf("dead retry --all --dry-run: exit %d, stdout %q, stderr %s", code, stdout, stderr)
+	}
+	if db.Count(t, "dead_letters") != 2 {
+		t.Fatal("a dry run changed the dead letters")
+	}
+	code, stdout, _ = runCmd(t, db, "dead", "retry", "--id", "8")
+	if code != exitOK || !strings.HasPrefix(stdout, "retried 1 dead letter") || db.Count(t, "messages") != 3 {
+		t.Errorf("dead retry --id 8: exit %d, %q, %d pending rows", code, stdout, db.Count(t, "messages"))
+	}
+	code, stdout, _ = runCmd(t, db, "dead", "purge", "--reason", "permanent")
+	if code != exitOK || stdout != "purged 1 dead letter\n" || db.Count(t, "dead_letters") != 0 {
+		t.Errorf("dead purge --reason permanent: exit %d, %q", code, stdout)
+	}
+}
+
+func TestReplayAndCancelCommands(t *testing.T) {
+	t.Parallel()
+	db := adminFixture(t)
+	db.Exec(t, `INSERT INTO %s.archive (id, topic, payload, idempotency_key, created_at, attempts) VALUES (1, 'orders.created', 'x', 'a1', now(), 1)`)
+	db.Exec(t, `INSERT INTO %s.delivered_keys (idempotency_key) VALUES ('a1')`)
+
+	code, _, stderr := runCmd(t, db, "replay", "--new-keys")
+	if code != exitUsage || !strings.Contains(stderr, "--all") {
+		t.Errorf("replay without a filter: exit %d, stderr %s", code, stderr)
+	}
+	code, stdout, stderr := runCmd(t, db, "replay", "--from", "1h", "--topic", "orders.created")
+	if code != exitOK || !strings.HasPrefix(stdout, "replayed 1 event with original idempotency keys") || !strings.Contains(stdout, "forgot 1 delivered key") {
+		t.Errorf("replay: exit %d, stdout %q, stderr %s", code, stdout, stderr)
+	}
+
+	code, _, stderr = runCmd(t, db, "cancel")
+	if code != exitUsage || !strings.Contains(stderr, "--key or --topic") {
+		t.Errorf("cancel without a filter: exit %d, stderr %s", code, stderr)
+	}
+	code, stdout, _ = runCmd(t, db, "cancel", "--topic", "orders.%", "--dry-run")
+	if code != exitOK || stdout != "would cancel 3 pending rows (dry run)\n" {
+		t.Errorf("cancel --dry-run: exit %d, %q", code, stdout)
+	}
+}
+
+func TestAdminCommands_Refuse(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runCmd(t, nil, "status")
+	if code != exitUsage || !strings.Contains(stderr, "DATABASE_URL") {
+		t.Errorf("status without DATABASE_URL: exit %d, stderr %s", code, stderr)
+	}
+	empty := dbtest.NewEmpty(t)
+	code, _, stderr = runCmd(t, empty, "dead", "list")
+	if code != exitFailure || !strings.Contains(stderr, "no outbox-relay tables") {
+		t.Errorf("dead list on a schema without tables: exit %d, stderr %s", code, stderr)
+	}
+	for _, args := range [][]string{{"dead"}, {"dead", "bury"}, {"replay", "--by", "sent", "--all"}} {
+		if code, _, _ := runCmd(t, empty, args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+	for _, args := range [][]string{{"status", "-h"}, {"dead", "-h"}, {"dead", "retry", "-h"}, {"replay", "-h"}, {"cancel", "-h"}} {
+		code, stdout, stderr := runCmd(t, nil, args...)
+		if code != exitOK || stdout != "" || !strings.HasPrefix(stderr, "Usage: outbox-relay "+args[0]) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want usage on stderr", args, code, stdout, stderr)
+		}
+	}
+}
+
+func TestDeadCommand_RefusesAnUnknownReason(t *testing.T) {
+	t.Parallel()
+	db := adminFixture(t)
+	code, _, stderr := runCmd(t, db, "dead", "retry", "--reason", "nosink")
+	if code != exitUsage || !strings.Contains(stderr, "no_sink") || !strings.Contains(stderr, "cancelled") {
+		t.Errorf("dead retry --reason nosink: exit %d, %q; want 2 listing the valid reasons", code, stderr)
+	}
+}

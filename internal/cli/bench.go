@@ -1,0 +1,77 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/bench"
+	"github.com/outbox-relay/outbox-relay/relay"
+)
+
+func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
+	fs := newFlagSet("bench [flags]",
+		"Measure the relay with its default settings against DATABASE_URL and NATS_URL: the drain rate of a\n"+
+			"preloaded backlog (-mode backlog) or insert-to-ack latency at a steady rate (-mode steady).\n"+
+			"It works in a scratch schema (-schema) and the JetStream stream OUTBOX_BENCH, both of which it creates\n"+
+			"with a marker and drops on the next run; it refuses a schema or stream it did not create.\n"+
+			"Prints one JSON line.", inv.Stderr)
+	n := fs.Int("n", 100000, "number of events")
+	payload := fs.Int("payload", 256, "payload size in bytes")
+	mode := fs.String("mode", "backlog", "backlog | steady")
+	rate := fs.Float64("rate", 2000, "steady mode: producer events per second")
+	keys := fs.Int("keys", 0, "give the rows this many ordering keys, interleaved (0: no keys)")
+	ordered := fs.Bool("ordered", false, "run the relay in ordered mode (RELAY_ORDERED=true)")
+	notify := fs.Bool("notify", false, "wake the relay on inserts (RELAY_NOTIFY=true)")
+	schema := fs.String("schema", "outbox_bench", "scratch schema (created by the benchmark, dropped by its next run)")
+	batch := fs.Int("batch", 0, "RELAY_BATCH_SIZE to use (0 = default)")
+	inFlight := fs.Int("max-in-flight", 0, "RELAY_MAX_IN_FLIGHT to use (0 = default)")
+	inFlightBytes := fs.Int64("max-in-flight-bytes", 0, "RELAY_MAX_IN_FLIGHT_BYTES to use (0 = default)")
+	label := fs.String("label", "", "free text copied into the result")
+	timeout := fs.Duration("timeout", 10*time.Minute, "limit for the whole run")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	o, err := benchOptions(inv, *schema)
+	if err != nil {
+		return err
+	}
+	o.Mode, o.N, o.PayloadBytes, o.Rate, o.Label, o.Timeout = *mode, *n, *payload, *rate, *label, *timeout
+	o.Keys = *keys
+	o.Relay = relay.Config{BatchSize: *batch, MaxInFlight: *inFlight, MaxInFlightBytes: *inFlightBytes, Ordered: *ordered, Notify: *notify}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	return bench.Run(ctx, o, inv.Stdout)
+}
+
+// benchOptions checks the environment a benchmark needs and the scratch
+// schema it was given.
+func benchOptions(inv *Invocation, schema string) (bench.Options, error) {
+	c, err := loadConfig(inv.Environ)
+	if err != nil {
+		return bench.Options{}, err
+	}
+	if err := c.requireDatabase(); err != nil {
+		return bench.Options{}, err
+	}
+	if c.NATS.URL == "" {
+		return bench.Options{}, &configError{Var: "NATS_URL", Allowed: "the URL of a NATS server with JetStream"}
+	}
+	if schema == c.Schema {
+		return bench.Options{}, usageError{fmt.Errorf("-schema %s is the relay's schema (RELAY_SCHEMA): the benchmark drops its schema, so give it another", schema)}
+	}
+	s := settingsOf(&c, inv.Version)
+	return bench.Options{DatabaseURL: c.DatabaseURL, NatsURL: c.NATS.URL, Schema: schema, Logger: newLogger(s, inv.Stderr)}, nil
+}

@@ -1,0 +1,401 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+// config is the whole configuration, read from the environment only. Each
+// field's doc tag is its line in `outbox-relay help` and in the README's
+// configuration reference (a test keeps the two in step); allowed says what
+// values are accepted; redact, when set, says why the value is never shown
+// in an error; emptyOK lets an empty value override the default (an empty
+// RELAY_HTTP_ADDR disables the endpoint). Each sink's variables are in its
+// own struct, in its own file (sink_*.go), embedded here in the order of
+// the reference.
+type config struct {
+	DatabaseURL string `env:"DATABASE_URL" redact:"may hold a password" doc:"PostgreSQL connection string (pgx: URL or key=value). Required by every command but version, help and migrate --print." allowed:"a PostgreSQL connection string"`
+	Schema      string `env:"RELAY_SCHEMA" envDefault:"outbox" doc:"Schema of the relay's tables; every statement is qualified with it." allowed:"a lower-case identifier: letters, digits, underscores, not starting with a digit, at most 63 characters"`
+	Migrate     bool   `env:"RELAY_MIGRATE" envDefault:"true" doc:"Apply pending migrations at start, under an advisory lock (safe with several replicas). false: check the schema version and refuse to start when it is behind." allowed:"true or false"`
+	Sink        string `env:"RELAY_SINK" doc:"Sink for rows whose destination is null. Defaults to the only configured sink; required when several are configured." allowed:"the name of a configured sink"`
+	ID          string `env:"RELAY_ID" doc:"This relay's name in leases (leased_by) and logs. Default: hostname-pid." allowed:"up to 200 characters"`
+
+	BatchSize        int           `env:"RELAY_BATCH_SIZE" envDefault:"1000" doc:"Rows per claim." allowed:"an integer from 1 to 100000"`
+	MaxInFlight      int           `env:"RELAY_MAX_IN_FLIGHT" doc:"Rows claimed and not yet settled, per sink, before claiming pauses. Default: 4 × RELAY_BATCH_SIZE." allowed:"an integer of at least RELAY_BATCH_SIZE"`
+	MaxInFlightBytes int64         `env:"RELAY_MAX_IN_FLIGHT_BYTES" envDefault:"67108864" doc:"Payload bytes of the rows claimed and not yet settled, over all sinks, before claiming pauses: the relay's memory follows it whatever the payload sizes (a row larger than it is still claimed, alone). Default 64 MiB." allowed:"an integer number of bytes of at least 65536"`
+	PollInterval     time.Duration `env:"RELAY_POLL_INTERVAL" envDefault:"50ms" doc:"Pause after a claim that found nothing (±20% jitter); a tenth of it after a claim that found some rows, so a steady stream is not held up; none after a full batch. An idle relay delivers within about this long of the commit." allowed:"a duration from 1ms to 1m, like 50ms"`
+	Lease            time.Duration `env:"RELAY_LEASE" envDefault:"30s" doc:"How long a claim holds its rows. Deliveries are cut off at 80% of it, and a request that could not finish by then is not started; an expired lease makes the rows claimable again." allowed:"a duration of at least 2s and at least 5/3 of every sink timeout (NATS_ACK_TIMEOUT, WEBHOOK_TIMEOUT, KAFKA_PRODUCE_TIMEOUT, RABBITMQ_CONFIRM_TIMEOUT)"`
+	Ordered          bool          `env:"RELAY_ORDERED" envDefault:"false" doc:"Per-key FIFO: at most one message per key in flight across all relays, each key delivered in insert (id) order; a failing message, its Retry-After included, holds up its own key only (until delivered or dead-lettered). Rows without a key are never held up. Every relay on a schema must run the same mode: one that disagrees with the relays alive refuses to start." allowed:"true or false"`
+	Notify           bool          `env:"RELAY_NOTIFY" envDefault:"false" doc:"Wake the relay when a row is inserted instead of waiting for its next poll: the relay LISTENs on a dedicated connection, and while it is alive every inserting statement sends one NOTIFY. Opt-in because NOTIFY serializes committing transactions (see Benchmarks for the measured cost); polling goes on, and takes over alone behind a transaction-pooling PgBouncer, where notifications cannot arrive (a warning says so)." allowed:"true or false"`
+	MaxAttempts      int           `env:"RELAY_MAX_ATTEMPTS" envDefault:"25" doc:"Deliveries of a row before it goes to the dead letters." allowed:"an integer from 1 to 1000"`
+	BackoffMin       time.Duration `env:"RELAY_BACKOFF_MIN" envDefault:"1s" doc:"Retry delay after the first failure; it doubles with every attempt (±20% jitter)." allowed:"a positive duration"`
+	BackoffMax       time.Duration `env:"RELAY_BACKOFF_MAX" envDefault:"1h" doc:"Longest retry delay." allowed:"a duration of at least RELAY_BACKOFF_MIN"`
+	DrainTimeout     time.Duration `env:"RELAY_DRAIN_TIMEOUT" envDefault:"10s" doc:"At SIGTERM, how long in-flight deliveries may finish; then they are released for the next relay." allowed:"a duration of 0 or more"`
+	ArchiveRetention time.Duration `env:"RELAY_ARCHIVE_RETENTION" envDefault:"168h" doc:"How long delivered rows stay in the archive table. 0 keeps them forever." allowed:"a duration of 0 or more, like 168h"`
+	DedupRetention   time.Duration `env:"RELAY_DEDUP_RETENTION" envDefault:"168h" doc:"How long delivered idempotency keys are remembered: a row inserted again with such a key is archived as a duplicate, not sent. 0 keeps them forever." allowed:"a duration of 0 or more, like 168h"`
+	CloudEvents      string        `env:"RELAY_CLOUDEVENTS_SOURCE" doc:"When set, every message also carries CloudEvents 1.0 binary-mode headers: ce-specversion, ce-id (the idempotency key), ce-type (the topic), ce-source (this value) and ce-time (created_at). Headers a row sets itself are kept." allowed:"a URI reference, like /orders-service or https://example.com/orders"`
+	HTTPAddr         string        `env:"RELAY_HTTP_ADDR" envDefault:":8461" emptyOK:"true" doc:"Listen address of /metrics, /livez and /readyz. Empty disables the endpoint. The default port is one no common tool uses (9090 is Prometheus's own, and the exporters' range 9100-9999 is taken); it is bound before anything else, so a conflict stops the relay before it touches the schema." allowed:"host:port, like :8461 or 127.0.0.1:0, or empty"`
+
+	NATS     natsEnv
+	Webhook  webhookEnv
+	Kafka    kafkaEnv
+	RabbitMQ rabbitmqEnv
+
+	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" doc:"Log level." allowed:"debug, info, warn or error"`
+	LogFormat string `env:"LOG_FORMAT" envDefault:"auto" doc:"Log format: auto is colored text on a terminal and JSON otherwise." allowed:"auto, text or json"`
+}
+
+// configError is a configuration value that was refused.
+type configError struct {
+	Var     string
+	Value   string
+	Allowed string
+	Reason  string
+}
+
+func (e *configError) Error() string {
+	var b strings.Builder
+	if e.Value == "" {
+		fmt.Fprintf(&b, "%s is not set", e.Var)
+	} else {
+		fmt.Fprintf(&b, "invalid %s=%q", e.Var, e.Value)
+	}
+	if e.Reason != "" {
+		b.WriteString(": " + e.Reason)
+	}
+	if e.Allowed != "" {
+		b.WriteString("; want " + e.Allowed)
+	}
+	return b.String()
+}
+
+// loadConfig reads the configuration from environ (KEY=value pairs) and
+// validates every value, without connecting to anything. Its errors name the
+// variable, the value (unless it may hold a secret) and what is allowed.
+func loadConfig(environ []string) (config, error) {
+	vars := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	if err := readSecretFiles(vars); err != nil {
+		return config{}, err
+	}
+	var c config
+	if err := env.ParseWithOptions(&c, env.Options{Environment: vars}); err != nil {
+		return c, explainParseError(err, vars)
+	}
+	// The env library gives an empty variable its default; where empty
+	// means something (off), honour it.
+	for _, f := range configFields() {
+		if v, set := vars[f.name]; set && v == "" && f.field.Tag.Get("emptyOK") == "true" {
+			f.value(&c).SetString("")
+		}
+	}
+	return c, c.validate()
+}
+
+// fileSuffix names a secret's twin: DATABASE_URL_FILE holds the path of a
+// file whose content is DATABASE_URL, as Docker and Kubernetes mount
+// secrets.
+const fileSuffix = "_FILE"
+
+// readSecretFiles replaces, in vars, every secret variable's _FILE twin by
+// the content of the file it names (without a final line break). Setting a
+// secret and its twin is an error naming both.
+func readSecretFiles(vars map[string]string) error {
+	for _, f := range configFields() {
+		if f.field.Tag.Get("redact") == "" {
+			continue
+		}
+		twin := f.name + fileSuffix
+		path, ok := vars[twin]
+		if !ok || path == "" {
+			continue
+		}
+		if vars[f.name] != "" {
+			return &configError{Var: twin, Value: path, Reason: "set together with " + f.name + ": set one of them",
+				Allowed: "the path of a file holding " + f.name + ", with " + f.name + " unset"}
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return &configError{Var: twin, Value: path, Reason: "cannot read it: " + errors.Unwrap(err).Error(),
+				Allowed: "the path of a readable file holding " + f.name}
+		}
+		vars[f.name] = strings.TrimRight(string(b), "\r\n")
+		if vars[f.name] == "" {
+			return &configError{Var: twin, Value: path, Reason: "the file is empty", Allowed: "the path of a file holding " + f.name}
+		}
+	}
+	return nil
+}
+
+// configVar is one environment variable of config: its field and where the
+// field sits in the (nested) struct.
+type configVar struct {
+	name  string
+	field reflect.StructField
+	index []int
+}
+
+// value returns the field of c that holds the variable.
+func (v configVar) value(c *config) reflect.Value {
+	return reflect.ValueOf(c).Elem().FieldByIndex(v.index)
+}
+
+// configFields lists config's variables in the order of the reference,
+// descending into each sink's struct.
+func configFields() []configVar {
+	var out []configVar
+	var walk func(t reflect.Type, index []int)
+	walk = func(t reflect.Type, index []int) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			idx := append(slices.Clone(index), i)
+			if name := f.Tag.Get("env"); name != "" {
+				out = append(out, configVar{name: name, field: f, index: idx})
+				continue
+			}
+			if f.Type.Kind() == reflect.Struct {
+				walk(f.Type, idx)
+			}
+		}
+	}
+	walk(reflect.TypeFor[config](), nil)
+	return out
+}
+
+// configField returns the variable called name; it panics for a name no
+// field has, which is a programming error.
+func configField(name string) configVar {
+	for _, f := range configFields() {
+		if f.name == name {
+			return f
+		}
+	}
+	panic("config has no variable " + name)
+}
+
+// explainParseError turns the first error of caarlos0/env into a configError.
+func explainParseError(err error, vars map[string]string) error {
+	var agg env.AggregateError
+	if errors.As(err, &agg) && len(agg.Errors) > 0 {
+		err = agg.Errors[0]
+	}
+	var pe env.ParseError
+	if errors.As(err, &pe) {
+		for _, f := range configFields() {
+			if f.field.Name != pe.Name {
+				continue
+			}
+			value := vars[f.name]
+			if r := f.field.Tag.Get("redact"); r != "" {
+				value = "(not shown: " + r + ")"
+			}
+			return &configError{Var: f.name, Value: value, Allowed: f.field.Tag.Get("allowed"), Reason: "not a valid " + kindOf(f.field.Type)}
+		}
+	}
+	return fmt.Errorf("read configuration: %w", err)
+}
+
+func kindOf(t reflect.Type) string {
+	switch {
+	case t == reflect.TypeFor[time.Duration]():
+		return "duration (use units: 500ms, 30s, 5m, 168h)"
+	case t.Kind() == reflect.Bool:
+		return "boolean"
+	case t.Kind() == reflect.Int:
+		return "integer"
+	}
+	return t.String()
+}
+
+// refuse returns a configError for the variable name with its value (or why
+// the value is not shown), what is allowed, and reason.
+func (c *config) refuse(name, reason string) error {
+	f := configField(name)
+	value := fmt.Sprint(f.value(c).Interface())
+	if r := f.field.Tag.Get("redact"); r != "" {
+		value = "(not shown: " + r + ")"
+	}
+	return &configError{Var: name, Value: value, Allowed: f.field.Tag.Get("allowed"), Reason: reason}
+}
+
+// validate checks every value that needs no connection. Requirements that
+// depend on the command (DATABASE_URL, a sink) are checked by requireDatabase
+// and requireSinks.
+func (c *config) validate() error {
+	if err := outbox.ValidateSchema(c.Schema); err != nil {
+		return c.refuse("RELAY_SCHEMA", "")
+	}
+	if len(c.ID) > 200 {
+		return c.refuse("RELAY_ID", "too long")
+	}
+	switch {
+	case c.BatchSize < 1 || c.BatchSize > 100000:
+		return c.refuse("RELAY_BATCH_SIZE", "out of range")
+	case c.MaxInFlight != 0 && c.MaxInFlight < c.BatchSize:
+		return c.refuse("RELAY_MAX_IN_FLIGHT", fmt.Sprintf("below RELAY_BATCH_SIZE=%d", c.BatchSize))
+	case c.MaxInFlightBytes < 65536:
+		return c.refuse("RELAY_MAX_IN_FLIGHT_BYTES", "too small")
+	case c.PollInterval < time.Millisecond || c.PollInterval > time.Minute:
+		return c.refuse("RELAY_POLL_INTERVAL", "out of range")
+	case c.Lease < 2*time.Second:
+		return c.refuse("RELAY_LEASE", "too short")
+	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
+		return c.refuse("RELAY_MAX_ATTEMPTS", "out of range")
+	case c.BackoffMin <= 0:
+		return c.refuse("RELAY_BACKOFF_MIN", "not positive")
+	case c.BackoffMax < c.BackoffMin:
+		return c.refuse("RELAY_BACKOFF_MAX", fmt.Sprintf("below RELAY_BACKOFF_MIN=%s", c.BackoffMin))
+	case c.DrainTimeout < 0:
+		return c.refuse("RELAY_DRAIN_TIMEOUT", "negative")
+	case c.ArchiveRetention < 0:
+		return c.refuse("RELAY_ARCHIVE_RETENTION", "negative")
+	case c.DedupRetention < 0:
+		return c.refuse("RELAY_DEDUP_RETENTION", "negative")
+	}
+	if c.CloudEvents != "" {
+		if u, err := url.Parse(c.CloudEvents); err != nil || strings.ContainsAny(c.CloudEvents, " \t\r\n") || u.String() == "" {
+			return c.refuse("RELAY_CLOUDEVENTS_SOURCE", "not a URI reference")
+		}
+	}
+	if c.HTTPAddr != "" {
+		if _, port, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			return c.refuse("RELAY_HTTP_ADDR", "not host:port")
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			return c.refuse("RELAY_HTTP_ADDR", "bad port")
+		}
+	}
+	for _, s := range c.sinkEnvs() {
+		if err := s.validate(c); err != nil {
+			return err
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return c.refuse("LOG_LEVEL", "")
+	}
+	switch c.LogFormat {
+	case "auto", "text", "json":
+	default:
+		return c.refuse("LOG_FORMAT", "")
+	}
+	if c.Sink != "" && !slices.Contains(c.sinkNames(), c.Sink) {
+		return c.refuse("RELAY_SINK", fmt.Sprintf("no such sink is configured (configured: %s; known: %s)",
+			namesOrNone(c.sinkNames()), strings.Join(knownSinks(), ", ")))
+	}
+	return nil
+}
+
+// requireDatabase checks DATABASE_URL for commands that use the database.
+func (c *config) requireDatabase() error {
+	if c.DatabaseURL == "" {
+		return &configError{Var: "DATABASE_URL", Allowed: "a PostgreSQL connection string, like postgres://user:pass@host:5432/db"}
+	}
+	if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
+		return databaseURLError(c.DatabaseURL, err)
+	}
+	return nil
+}
+
+// databaseURLError explains a DATABASE_URL that pgx cannot parse. pgx hides
+// the password in its messages when it can find it; when any part of the
+// value that may be a password shows up anyway, the message is left out.
+func databaseURLError(dsn string, err error) error {
+	reason := err.Error()
+	for _, secret := range passwordCandidates(dsn) {
+		if strings.Contains(reason, secret) {
+			reason = "cannot be parsed (the parser's message is not shown: it repeats the password)"
+			break
+		}
+	}
+	return &configError{Var: "DATABASE_URL", Value: "(not shown: may hold a password)", Reason: reason,
+		Allowed: "a PostgreSQL connection string: postgres://user:password@host:5432/db or key=value pairs"}
+}
+
+// passwordCandidates returns what may be the password in a connection
+// string, URL or key=value, however malformed.
+func passwordCandidates(dsn string) []string {
+	var out []string
+	if i := strings.Index(dsn, "://"); i >= 0 {
+		rest := dsn[i+3:]
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			if _, pass, ok := strings.Cut(rest[:at], ":"); ok && pass != "" {
+				out = append(out, pass)
+			}
+		}
+	}
+	for _, m := range passwordKV.FindAllStringSubmatch(dsn, -1) {
+		if v := strings.Trim(m[1], `'"`); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+var passwordKV = regexp.MustCompile(`(?i)password\s*=\s*('[^']*'|"[^"]*"|\S+)`)
+
+// requireSinks checks that run has somewhere to deliver to.
+func (c *config) requireSinks() error {
+	names := c.sinkNames()
+	switch {
+	case len(names) == 0:
+		var enablers []string
+		for _, s := range c.sinkEnvs() {
+			enablers = append(enablers, s.enabledBy())
+		}
+		return usageError{fmt.Errorf("no sink is configured: set %s", orList(enablers))}
+	case len(names) > 1 && c.Sink == "":
+		return &configError{Var: "RELAY_SINK", Reason: "several sinks are configured, so the default for rows without a destination must be named", Allowed: strings.Join(names, " or ")}
+	}
+	return nil
+}
+
+// leaseCovers reports whether a request that takes timeout fits in the
+// lease as documented: the lease is at least 5/3 of the timeout (a timeout of
+// at most 60% of it), which leaves the delivery, cut off at 80% of the lease
+// (relay.DeliveryBudget), a third of the timeout to spare for the claim and
+// for starting the request.
+func leaseCovers(lease, timeout time.Duration) bool {
+	return 5*timeout <= 3*lease
+}
+
+// forever maps the environment's 0 (keep forever) to the relay's negative.
+func forever(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+func namesOrNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+// orList joins s as "a, b or c".
+func orList(s []string) string {
+	if len(s) <= 1 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
+}

@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/migrations"
+)
+
+// openPool returns a pool of at most maxConns connections to databaseURL.
+// Connections name themselves outbox-relay in pg_stat_activity unless the
+// URL names them otherwise.
+func openPool(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, databaseURLError(databaseURL, err)
+	}
+	pc.MaxConns = maxConns
+	if pc.ConnConfig.RuntimeParams == nil {
+		pc.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	if _, ok := pc.ConnConfig.RuntimeParams["application_name"]; !ok {
+		pc.ConnConfig.RuntimeParams["application_name"] = "outbox-relay"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open database pool: %w", err)
+	}
+	return pool, nil
+}
+
+// waitForDatabase pings until the database answers or ctx ends, so that a
+// relay started beside its database waits for it instead of crashing. The
+// first failure is logged at error level with the reason and the next try,
+// then a reminder at a growing interval, and the recovery at info.
+func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
+	wait := 250 * time.Millisecond
+	var began, remindAt time.Time
+	remindEvery := 30 * time.Second
+	for {
+		pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := pool.Ping(pingCtx)
+		cancel()
+		if err == nil {
+			if !began.IsZero() {
+				log.Info("database reachable", "unreachable_for", time.Since(began).Round(time.Second))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("connect to database: %w", err)
+		}
+		now := time.Now()
+		switch {
+		case began.IsZero():
+			began, remindAt = now, now.Add(remindEvery)
+			log.Error("cannot reach the database: nothing is delivered until it answers; retrying", "err", err, "retry_in", wait)
+		case now.After(remindAt):
+			remindEvery = min(2*remindEvery, 10*time.Minute)
+			remindAt = now.Add(remindEvery)
+			log.Error("still cannot reach the database; retrying", "for", now.Sub(began).Round(time.Second), "err", err, "retry_in", wait)
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return fmt.Errorf("connect to database: %w", err)
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// applyMigrations brings schema to the latest version.
+func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string) (int, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("connect to database: %w", err)
+	}
+	defer conn.Release()
+	return migrations.Apply(ctx, conn.Conn(), schema)
+}
+
+// checkSchema refuses a schema that is not at the version this binary
+// needs: for a relay with RELAY_MIGRATE=false and for the admin commands.
+func checkSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("connect to database: %w", err)
+	}
+	defer conn.Release()
+	return migrations.Check(ctx, conn.Conn(), schema)
+}

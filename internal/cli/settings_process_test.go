@@ -1,0 +1,158 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/natstest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
+)
+
+// These tests set variables whose effect only the running binary shows and
+// observe that effect. TestSettings_EveryVariableTakesEffect covers the
+// rest at the settings level.
+
+// waitLog waits for a log line containing s.
+func (p *process) waitLog(s string) {
+	p.t.Helper()
+	waitfor.Condition(p.t, 30*time.Second, "log line "+s, func() bool {
+		return slices.ContainsFunc(p.log(), func(l string) bool { return strings.Contains(l, s) })
+	})
+}
+
+// listeningPorts returns the TCP ports pid listens on, from /proc.
+func listeningPorts(t *testing.T, pid int) []int {
+	t.Helper()
+	inodes := map[string]bool{}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatalf("read the process's descriptors: %v", err)
+	}
+	for _, fd := range fds {
+		link, err := os.Readlink(filepath.Join(fmt.Sprintf("/proc/%d/fd", pid), fd.Name()))
+		if inode, ok := strings.CutPrefix(link, "socket:["); err == nil && ok {
+			inodes[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	var ports []int
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			// local_address rem_address st … inode; 0A is LISTEN.
+			if len(f) < 10 || f[3] != "0A" || !inodes[f[9]] {
+				continue
+			}
+			_, hexPort, _ := strings.Cut(f[1], ":")
+			port, _ := strconv.ParseInt(hexPort, 16, 32)
+			ports = append(ports, int(port))
+		}
+	}
+	return ports
+}
+
+func TestProcess_EmptyHTTPAddrListensNowhere(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	srv := natstest.Start(t)
+	p := startProcess(t, relayEnv(db, srv, "RELAY_HTTP_ADDR=")...)
+	p.waitLog(`"relay started"`)
+	if ports := listeningPorts(t, p.cmd.Process.Pid); len(ports) != 0 {
+		t.Errorf("with RELAY_HTTP_ADDR empty the relay listens on %v", ports)
+	}
+	if slices.ContainsFunc(p.log(), func(l string) bool { return strings.Contains(l, "serving /metrics") }) {
+		t.Error("the log says the endpoint is served")
+	}
+
+	// The control: the default listens.
+	q := startProcess(t, relayEnv(db, srv, "RELAY_HTTP_ADDR=127.0.0.1:0")...)
+	q.waitLog(`"relay started"`)
+	if ports := listeningPorts(t, q.cmd.Process.Pid); len(ports) != 1 {
+		t.Errorf("with RELAY_HTTP_ADDR set the relay listens on %v, want one port", ports)
+	}
+}
+
+func TestProcess_RELAY_SINKRoutesRowsWithoutADestination(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	srv := natstest.Start(t)
+	srv.CreateStream(t, "EVENTS", "events.>")
+	rcv := webhooktest.NewReceiver(t)
+	p := startProcess(t, relayEnv(db, srv, "WEBHOOK_URL="+rcv.URL, "WEBHOOK_SECRET="+rcv.Secret, "RELAY_SINK=webhook", "RELAY_BACTH_SIZE=5")...)
+	p.waitLog(`"did_you_mean":"RELAY_BATCH_SIZE"`)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, destination) VALUES
+	  ('events.a', 'to the default', 'default-1', NULL),
+	  ('events.a', 'to nats', 'nats-1', 'nats')`)
+	relaytest.WaitDrained(t, db, 30*time.Second)
+	if got := rcv.Accepted(); len(got) != 1 || string(got["default-1"]) != "to the default" {
+		t.Errorf("the webhook (RELAY_SINK) accepted %v, want only default-1", got)
+	}
+	msgs := srv.Messages(t, "EVENTS")
+	if len(msgs) != 1 || string(msgs[0].Data) != "to nats" {
+		t.Errorf("NATS holds %d messages, want only the row for destination nats", len(msgs))
+	}
+}
+
+func TestProcess_RELAY_ORDEREDKeepsEachKeyInOrder(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	rcv := webhooktest.NewReceiver(t)
+	// Every third event fails its first attempt: without per-key order the
+	// retried event arrives after the ones behind it.
+	var mu sync.Mutex
+	failed := map[string]bool{}
+	rcv.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
+		id := r.Header.Get("webhook-id")
+		seq, _ := strconv.Atoi(id[strings.LastIndex(id, "-")+1:])
+		mu.Lock()
+		defer mu.Unlock()
+		if seq%3 == 0 && !failed[id] {
+			failed[id] = true
+			w.WriteHeader(http.StatusInternalServerError)
+			return http.StatusInternalServerError
+		}
+		return 0
+	})
+	env := []string{"DATABASE_URL=" + db.URL, "RELAY_SCHEMA=" + db.Name, "WEBHOOK_URL=" + rcv.URL, "WEBHOOK_SECRET=" + rcv.Secret,
+		"RELAY_ORDERED=true", "RELAY_BACKOFF_MIN=50ms", "RELAY_BACKOFF_MAX=200ms", "RELAY_POLL_INTERVAL=10ms"}
+	startProcess(t, env...)
+	startProcess(t, env...)
+	const keys, perKey = 10, 12
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key, idempotency_key)
+	            SELECT 'orders.changed', convert_to(i::text, 'UTF8'), 'order-' || (i % $1), 'order-' || (i % $1) || '-' || i
+	              FROM generate_series(1, $2) AS i`, keys, keys*perKey)
+	relaytest.WaitDrained(t, db, 60*time.Second)
+	accepted := map[string][]int{}
+	for _, req := range rcv.Requests() {
+		if req.Status != http.StatusNoContent {
+			continue
+		}
+		id := req.ID()
+		key := id[:strings.LastIndex(id, "-")]
+		seq, _ := strconv.Atoi(string(bytes.TrimSpace(req.Body)))
+		accepted[key] = append(accepted[key], seq)
+	}
+	if len(accepted) != keys {
+		t.Fatalf("accepted events of %d keys, want %d", len(accepted), keys)
+	}
+	for key, seqs := range accepted {
+		if !slices.IsSorted(seqs) || len(seqs) != perKey {
+			t.Errorf("key %s: accepted %v, want %d events in insert order", key, seqs, perKey)
+		}
+	}
+}

@@ -1,0 +1,221 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/natstest"
+	"github.com/outbox-relay/outbox-relay/internal/tlstest"
+)
+
+// settingsBase enables every sink, so that every variable has something to
+// reach. A client certificate is set for each, so that the sample of its
+// certificate or of its key alone can change it. $SAMPLES, here and in
+// the values below, is the directory where sampleFiles writes the files
+// they name.
+var settingsBase = []string{
+	"DATABASE_URL=postgres://relay@127.0.0.1:5432/app",
+	"NATS_URL=nats://127.0.0.1:4222",
+	"NATS_TLS_CERT_FILE=$SAMPLES/client.pem",
+	"NATS_TLS_KEY_FILE=$SAMPLES/client-key.pem",
+	"WEBHOOK_URL=https://hooks.example.com/outbox",
+	"WEBHOOK_SECRET=" + testSecret,
+	"KAFKA_BROKERS=127.0.0.1:9092",
+	"WEBHOOK_TLS_CERT_FILE=$SAMPLES/client.pem",
+	"WEBHOOK_TLS_KEY_FILE=$SAMPLES/client-key.pem",
+	"RABBITMQ_URL=amqp://relay:pass@127.0.0.1:5672/events",
+	"RELAY_SINK=nats",
+}
+
+// sampleValues holds, for every variable of the reference, a valid value
+// other than its default (or than its settingsBase value). A variable
+// missing here fails the test: give it one when you add it.
+var sampleValues = map[string]string{
+	"DATABASE_URL":              "postgres://relay@db.internal:5432/other",
+	"RELAY_SCHEMA":              "events_outbox",
+	"RELAY_MIGRATE":             "false",
+	"RELAY_SINK":                "webhook",
+	"RELAY_ID":                  "relay-7",
+	"RELAY_BATCH_SIZE":          "250",
+	"RELAY_MAX_IN_FLIGHT":       "9000",
+	"RELAY_MAX_IN_FLIGHT_BYTES": "16777216",
+	"RELAY_POLL_INTERVAL":       "200ms",
+	"RELAY_LEASE":               "45s",
+	"RELAY_ORDERED":             "true",
+	"RELAY_NOTIFY":              "true",
+	"RELAY_MAX_ATTEMPTS":        "7",
+	"RELAY_BACKOFF_MIN":         "2s",
+	"RELAY_BACKOFF_MAX":         "10m",
+	"RELAY_DRAIN_TIMEOUT":       "3s",
+	"RELAY_ARCHIVE_RETENTION":   "24h",
+	"RELAY_DEDUP_RETENTION":     "0",
+	"RELAY_CLOUDEVENTS_SOURCE":  "/orders",
+	"RELAY_HTTP_ADDR":           "127.0.0.1:9999",
+	"NATS_URL":                  "nats://nats.internal:4222",
+	"NATS_JETSTREAM":            "false",
+	"NATS_SUBJECT_PREFIX":       "events.",
+	"NATS_STREAM":               "EVENTS",
+	"NATS_ACK_TIMEOUT":          "2s",
+	"NATS_CREDS_FILE":           "$SAMPLES/user.creds",
+	"NATS_NKEY_SEED_FILE":       "$SAMPLES/user.nk",
+	"NATS_TLS_CA_FILE":          "$SAMPLES/ca.pem",
+	"NATS_TLS_CERT_FILE":        "$SAMPLES/client-copy.pem",
+	"NATS_TLS_KEY_FILE":         "$SAMPLES/client-key-copy.pem",
+	"WEBHOOK_URL":               "https://other.example.com/hook",
+	"WEBHOOK_SECRET":            "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2Vj",
+	"WEBHOOK_TIMEOUT":           "3s",
+	"WEBHOOK_CONCURRENCY":       "32",
+	"WEBHOOK_MAX_RETRY_AFTER":   "5m",
+	"KAFKA_BROKERS":             "kafka-1:9092, kafka-2:9092",
+	"KAFKA_TOPIC_PREFIX":        "events.",
+	"KAFKA_PRODUCE_TIMEOUT":     "4s",
+	"KAFKA_MAX_MESSAGE_BYTES":   "2000000",
+	"KAFKA_SASL_MECHANISM":      "SCRAM-SHA-512",
+	"KAFKA_SASL_USERNAME":       "relay",
+	"KAFKA_SASL_PASSWORD":       "s3cret",
+	"KAFKA_TLS":                 "true",
+	"KAFKA_TLS_CA_FILE":         "testdata/kafka/ca.pem",
+	"KAFKA_TLS_CERT_FILE":       "testdata/kafka/client.pem",
+	"KAFKA_TLS_KEY_FILE":        "testdata/kafka/client-key.pem",
+	"WEBHOOK_TLS_CA_FILE":       "$SAMPLES/ca.pem",
+	"WEBHOOK_TLS_CERT_FILE":     "$SAMPLES/client-copy.pem",
+	"WEBHOOK_TLS_KEY_FILE":      "$SAMPLES/client-key-copy.pem",
+	"RABBITMQ_URL":              "amqps://relay:pass@rabbit.internal:5671/other",
+	"RABBITMQ_EXCHANGE":         "outbox.events",
+	"RABBITMQ_CONFIRM_TIMEOUT":  "4s",
+	"RABBITMQ_TLS_CA_FILE":      "/etc/outbox-relay/rabbitmq-ca.pem",
+	"RABBITMQ_TLS_CERT_FILE":    "/etc/outbox-relay/rabbitmq-client.pem",
+	"RABBITMQ_TLS_KEY_FILE":     "/etc/outbox-relay/rabbitmq-client-key.pem",
+	"LOG_LEVEL":                 "debug",
+	"LOG_FORMAT":                "text",
+}
+
+// needs lists what a sample value needs beside it to be valid.
+var needs = map[string][]string{
+	"NATS_STREAM":            {"NATS_SUBJECT_PREFIX=events."},
+	"KAFKA_SASL_MECHANISM":   {"KAFKA_SASL_USERNAME=relay", "KAFKA_SASL_PASSWORD=s3cret"},
+	"KAFKA_SASL_USERNAME":    {"KAFKA_SASL_MECHANISM=PLAIN", "KAFKA_SASL_PASSWORD=s3cret"},
+	"KAFKA_SASL_PASSWORD":    {"KAFKA_SASL_MECHANISM=PLAIN", "KAFKA_SASL_USERNAME=relay"},
+	"KAFKA_TLS_CA_FILE":      {"KAFKA_TLS=true"},
+	"KAFKA_TLS_CERT_FILE":    {"KAFKA_TLS=true", "KAFKA_TLS_KEY_FILE=testdata/kafka/client-key.pem"},
+	"KAFKA_TLS_KEY_FILE":     {"KAFKA_TLS=true", "KAFKA_TLS_CERT_FILE=testdata/kafka/client.pem"},
+	"RABBITMQ_TLS_CA_FILE":   {"RABBITMQ_URL=amqps://relay:pass@127.0.0.1:5671/events"},
+	"RABBITMQ_TLS_CERT_FILE": {"RABBITMQ_URL=amqps://relay:pass@127.0.0.1:5671/events", "RABBITMQ_TLS_KEY_FILE=/etc/outbox-relay/key.pem"},
+	"RABBITMQ_TLS_KEY_FILE":  {"RABBITMQ_URL=amqps://relay:pass@127.0.0.1:5671/events", "RABBITMQ_TLS_CERT_FILE=/etc/outbox-relay/cert.pem"},
+}
+
+// TestSettings_EveryVariableTakesEffect sets each variable of the reference
+// in turn and checks that the settings the binary runs with change: a
+// variable that is read, validated and documented but reaches nothing fails
+// here.
+func TestSettings_EveryVariableTakesEffect(t *testing.T) {
+	t.Parallel()
+	samples := sampleFiles(t)
+	base := mustSettings(t, withSamples(samples, settingsBase))
+	for _, v := range envReference() {
+		sample, ok := sampleValues[v.Name]
+		if secret, isTwin := strings.CutSuffix(v.Name, fileSuffix); isTwin && isSecret(secret) {
+			// The twin holds the path of a file with the secret's sample.
+			path := filepath.Join(t.TempDir(), "secret")
+			if err := os.WriteFile(path, []byte(sampleValues[secret]+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			environ := slices.DeleteFunc(withSamples(samples, settingsBase), func(kv string) bool { return strings.HasPrefix(kv, secret+"=") })
+			environ = append(environ, withSamples(samples, needs[secret])...)
+			if got := mustSettings(t, append(environ, v.Name+"="+path)); reflect.DeepEqual(got, base) {
+				t.Errorf("%s changes nothing the binary runs with", v.Name)
+			}
+			continue
+		}
+		if !ok {
+			t.Errorf("%s has no sample value in settings_test.go", v.Name)
+			continue
+		}
+		environ := append(slices.Clone(settingsBase), needs[v.Name]...)
+		environ = append(environ, v.Name+"="+sample)
+		got := mustSettings(t, withSamples(samples, environ))
+		if reflect.DeepEqual(got, base) {
+			t.Errorf("%s=%s changes nothing the binary runs with", v.Name, sample)
+		}
+	}
+}
+
+func TestSettings_DefaultsMatchTheEngine(t *testing.T) {
+	t.Parallel()
+	s := mustSettings(t, []string{"DATABASE_URL=postgres://x@127.0.0.1/db", "NATS_URL=nats://127.0.0.1:4222"})
+	if s.Relay.DefaultSink != "nats" {
+		t.Errorf("DefaultSink = %q, want the only sink", s.Relay.DefaultSink)
+	}
+	if s.Relay.ArchiveRetention != 168*time.Hour || s.Relay.Ordered {
+		t.Errorf("ArchiveRetention = %s, Ordered = %v: want the documented defaults", s.Relay.ArchiveRetention, s.Relay.Ordered)
+	}
+	if s.HTTPAddr == "" || !s.Migrate {
+		t.Errorf("HTTPAddr %q, Migrate %v: want the defaults", s.HTTPAddr, s.Migrate)
+	}
+	empty := mustSettings(t, []string{"DATABASE_URL=postgres://x@127.0.0.1/db", "NATS_URL=nats://127.0.0.1:4222", "RELAY_HTTP_ADDR="})
+	if empty.HTTPAddr != "" {
+		t.Errorf("RELAY_HTTP_ADDR= (empty) gives %q, want the endpoint disabled", empty.HTTPAddr)
+	}
+}
+
+// sampleFiles writes the files the sample values name into a directory
+// and returns it: a CA, a client certificate and its key (each twice, under
+// two names), a creds file and an NKey seed.
+func sampleFiles(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t)
+	client := ca.Issue(t)
+	_, seed := natstest.NKeyUser(t)
+	for from, to := range map[string][]string{
+		ca.CertFile:                      {"ca.pem"},
+		client.CertFile:                  {"client.pem", "client-copy.pem"},
+		client.KeyFile:                   {"client-key.pem", "client-key-copy.pem"},
+		natstest.NewOperator(t).Creds(t): {"user.creds"},
+		seed:                             {"user.nk"},
+	} {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range to {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return dir
+}
+
+// withSamples returns environ with $SAMPLES replaced by dir.
+func withSamples(dir string, environ []string) []string {
+	out := make([]string, len(environ))
+	for i, kv := range environ {
+		out[i] = strings.ReplaceAll(kv, "$SAMPLES", dir)
+	}
+	return out
+}
+
+func mustSettings(t *testing.T, environ []string) settings {
+	t.Helper()
+	c, err := loadConfig(environ)
+	if err != nil {
+		t.Fatalf("%v: %v", environ, err)
+	}
+	return settingsOf(&c, "test")
+}
+
+// isSecret reports whether name is a secret variable (it has a _FILE twin).
+func isSecret(name string) bool {
+	for _, f := range configFields() {
+		if f.name == name {
+			return f.field.Tag.Get("redact") != ""
+		}
+	}
+	return false
+}

@@ -1,0 +1,212 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/relay/admin"
+)
+
+func cmdStatus(ctx context.Context, inv *Invocation, args []string) error {
+	stdout, stderr := inv.Stdout, inv.Stderr
+	fs := newFlagSet("status [--json] [--exact] [--top N]",
+		"Show the backlog per destination, the rows in flight per relay, rows in backoff and delayed,\n"+
+			"dead letters by reason and by error, and the size and vacuum state of the relay's tables.\n"+
+			"Reads the database only; works while no relay runs.", stderr)
+	asJSON := fs.Bool("json", false, "print JSON (for scripts)")
+	exact := fs.Bool("exact", false, "count the archive and delivered_keys exactly (full scans) instead of using estimates")
+	top := fs.Int("top", admin.TopErrorsDefault, "how many of the most frequent dead-letter errors to show")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	c, ops, err := openAdmin(ctx, inv)
+	if err != nil {
+		return err
+	}
+	defer ops.close()
+	st, err := ops.Status(ctx, admin.StatusOptions{DefaultSink: defaultSinkName(&c), TopErrors: *top, ExactCounts: *exact})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, st)
+	}
+	printStatus(stdout, c.Schema, st)
+	return nil
+}
+
+func printStatus(w io.Writer, schema string, st *admin.StatusReport) {
+	ordered := st.Mode == "ordered"
+	fmt.Fprintf(w, "Schema %s at %s, mode %s (since %s)\n\n", schema, st.At.UTC().Format(time.RFC3339), st.Mode,
+		relTimeOr(&st.ModeChangedAt, st.At, "-"))
+	printRelays(w, st)
+	fmt.Fprintln(w)
+	if len(st.Destinations) == 0 {
+		fmt.Fprintln(w, "Hot table: empty (nothing pending)")
+	} else {
+		tw := newTable(w)
+		head := "DESTINATION\tPENDING\tDUE\tOLDEST DUE\tIN FLIGHT\tBACKOFF\tNEXT RETRY\tDELAYED\tNEXT DELAYED"
+		if ordered {
+			head += "\tWAITING ON KEY"
+		}
+		fmt.Fprintln(tw, head)
+		rows := st.Destinations
+		if len(rows) > 1 {
+			total := st.Total()
+			total.Destination = "total"
+			rows = append(rows[:len(rows):len(rows)], total)
+		}
+		for _, d := range rows {
+			oldest := "-"
+			if d.OldestDueAt != nil {
+				oldest = formatAge(time.Duration(d.OldestDueAgeSeconds * float64(time.Second)))
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%s\t%d\t%s", safe(d.Destination), d.Pending, d.Due, oldest,
+				d.InFlight, d.Backoff, relTime(d.NextRetryAt, st.At), d.Delayed, relTime(d.NextDelayedAt, st.At))
+			if ordered {
+				fmt.Fprintf(tw, "\t%d", d.Waiting)
+			}
+			fmt.Fprintln(tw)
+		}
+		tw.Flush()
+	}
+
+	printMovement(w, st)
+	if len(st.BackoffByError) > 0 {
+		fmt.Fprintln(w)
+		tw := newTable(w)
+		fmt.Fprintln(tw, "IN BACKOFF BY LAST ERROR\tROWS\tNEXT RETRY")
+		for _, g := range st.BackoffByError {
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", oneLine(safe(orDash(g.Error)), 80), g.Count, relTime(&g.NextRetryAt, st.At))
+		}
+		tw.Flush()
+	}
+	if ordered {
+		printBlockedKeys(w, st)
+	}
+
+	fmt.Fprintln(w)
+	if len(st.Leases) == 0 {
+		fmt.Fprintln(w, "In flight: none")
+	} else {
+		tw := newTable(w)
+		fmt.Fprintln(tw, "IN FLIGHT BY RELAY\tROWS\tEARLIEST LEASE END\tLATEST LEASE END")
+		for _, l := range st.Leases {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", safe(l.RelayID), l.Rows, relTime(&l.EarliestLeaseEnd, st.At), relTime(&l.LatestLeaseEnd, st.At))
+		}
+		tw.Flush()
+	}
+
+	fmt.Fprintln(w)
+	dl := st.DeadLetters
+	if dl.Total == 0 {
+		fmt.Fprintln(w, "Dead letters: none")
+	} else {
+		fmt.Fprintf(w, "Dead letters: %d (outbox-relay dead list)\n", dl.Total)
+		tw := newTable(w)
+		fmt.Fprintln(tw, "REASON\tCOUNT\tLAST FAILED")
+		for _, r := range dl.ByReason {
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", safe(r.Value), r.Count, relTime(&r.LastFailedAt, st.At))
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+		tw = newTable(w)
+		fmt.Fprintln(tw, "TOP ERRORS\tCOUNT\tLAST FAILED")
+		for _, e := range dl.TopErrors {
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", oneLine(safe(e.Value), 80), e.Count, relTime(&e.LastFailedAt, st.At))
+		}
+		tw.Flush()
+	}
+
+	fmt.Fprintln(w)
+	tw := newTable(w)
+	fmt.Fprintln(tw, "TABLE\tROWS\tSIZE\tLIVE TUPLES\tDEAD TUPLES\tLAST VACUUM\tLAST AUTOVACUUM")
+	for _, t := range st.Tables {
+		rows := strconv.FormatInt(t.Rows, 10)
+		if !t.RowsExact {
+			rows = "~" + rows
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", t.Table, rows, formatBytes(t.TotalBytes),
+			t.LiveTuples, t.DeadTuples, relTimeOr(t.LastVacuum, st.At, "never"), relTimeOr(t.LastAutovacuum, st.At, "never"))
+	}
+	tw.Flush()
+	for _, t := range st.Tables {
+		if !t.RowsExact {
+			fmt.Fprintln(w, "~ estimated from statistics; --exact counts")
+			break
+		}
+	}
+}
+
+// printRelays lists the relays registered on the schema.
+func printRelays(w io.Writer, st *admin.StatusReport) {
+	alive := 0
+	for _, r := range st.Relays {
+		if r.Alive {
+			alive++
+		}
+	}
+	if alive == 0 {
+		fmt.Fprintln(w, "Relays: none alive (none has recorded a heartbeat in the last 30s)")
+	} else {
+		fmt.Fprintf(w, "Relays: %d alive\n", alive)
+	}
+	if len(st.Relays) == 0 {
+		return
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "RELAY\tVERSION\tMODE\tSTARTED\tLAST SEEN\tALIVE")
+	for _, r := range st.Relays {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", safe(r.ID), safe(r.Version), r.Mode,
+			relTime(&r.StartedAt, st.At), relTime(&r.LastSeen, st.At), yesNo(r.Alive))
+	}
+	tw.Flush()
+}
+
+// printBlockedKeys lists the keys held up by a failing head (ordered mode).
+func printBlockedKeys(w io.Writer, st *admin.StatusReport) {
+	fmt.Fprintln(w)
+	if len(st.BlockedKeys) == 0 {
+		fmt.Fprintln(w, "Blocked keys: none")
+		return
+	}
+	fmt.Fprintln(w, "Blocked keys (a failing head holds up the rows of its key), oldest head first:")
+	tw := newTable(w)
+	fmt.Fprintln(tw, "KEY\tROWS\tHEAD AGE\tATTEMPTS\tNEXT ATTEMPT\tLAST ERROR")
+	for _, k := range st.BlockedKeys {
+		next := relTime(&k.NextAttemptAt, st.At)
+		if k.InFlight {
+			next = "in flight"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", oneLine(safe(k.Key), 40), k.Rows, formatAge(st.At.Sub(k.HeadCreatedAt)),
+			k.Attempts, next, oneLine(safe(k.LastError), 60))
+	}
+	tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// printMovement shows what the relays archived in the last minutes.
+func printMovement(w io.Writer, st *admin.StatusReport) {
+	if len(st.DeliveredPerMinute) == 0 {
+		return
+	}
+	var parts []string
+	for _, m := range st.DeliveredPerMinute {
+		p := strconv.FormatInt(m.Delivered, 10)
+		if m.Deduplicated > 0 {
+			p += fmt.Sprintf(" (+%d dup)", m.Deduplicated)
+		}
+		parts = append(parts, p)
+	}
+	fmt.Fprintf(w, "\nDelivered per minute, the last %d (oldest first, this one last): %s\n", len(parts), strings.Join(parts, ", "))
+}

@@ -1,0 +1,142 @@
+// Package layering holds the test that keeps the import rules of
+// ../shared/DESIGN.md true: main → internal/cli → relay → sinks → outbox,
+// sinks never import relay, outbox imports nothing of ours, and the shipped
+// binary links no test-only package.
+package layering
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/outbox-relay/outbox-relay"
+
+// allowed lists, for each of our non-test packages (a trailing /... covers
+// its sub-packages), which of our packages it may import. A package of ours
+// that matches no rule fails the test, so new packages get a rule.
+var allowed = []struct {
+	pkg     string
+	imports []string
+}{
+	{"", []string{"internal/cli"}}, // main: thin, everything is in internal/cli
+	{"outbox", nil},
+	{"migrations", []string{"outbox"}},
+	{"sinks", []string{"outbox"}},
+	{"sinks/sinktest", []string{"sinks", "outbox"}},
+	{"sinks/...", []string{"sinks", "outbox"}}, // each destination: never relay, never another sink
+	{"relay", []string{"sinks", "outbox"}},
+	{"relay/admin", []string{"outbox"}},
+	{"internal/cli", []string{"relay", "relay/admin", "sinks", "sinks/...", "outbox", "migrations", "internal/bench"}},
+	{"internal/bench", []string{"relay", "sinks", "sinks/nats", "outbox", "migrations"}},
+	{"internal/benchcmp", []string{"internal/bench", "relay"}},
+	{"internal/dbtest", []string{"migrations", "outbox"}},
+	{"internal/natstest", nil},
+	{"internal/kafkatest", nil},
+	{"internal/tlstest", nil},
+	{"internal/rabbitmqtest", []string{"internal/waitfor"}},
+	{"internal/relaytest", []string{"internal/dbtest", "internal/natstest", "internal/waitfor"}},
+	{"internal/webhooktest", []string{"sinks/sinktest"}},
+	{"internal/waitfor", nil},
+	{"examples", nil}, // its tests check the README against the examples
+	{"examples/...", []string{"outbox"}},
+	{"internal/layering", nil},
+}
+
+// testOnly are packages the shipped binary must not link.
+var testOnly = []string{
+	"testing",
+	"net/http/httptest",
+	"github.com/prometheus/client_golang/prometheus/testutil",
+	"github.com/nats-io/nats-server/v2/server",
+	"github.com/twmb/franz-go/pkg/kfake",
+	"github.com/standard-webhooks/standard-webhooks/libraries/go",
+	module + "/internal/dbtest",
+	module + "/internal/natstest",
+	module + "/internal/kafkatest",
+	module + "/internal/tlstest",
+	module + "/internal/rabbitmqtest",
+	module + "/internal/relaytest",
+	module + "/internal/webhooktest",
+	module + "/internal/waitfor",
+	module + "/sinks/sinktest",
+	module + "/internal/benchcmp",
+}
+
+func goList(t *testing.T, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list"}, args...)...)
+	cmd.Dir = "../.."
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out
+}
+
+// matches reports whether rel (a path relative to the module) is covered by
+// pattern.
+func matches(pattern, rel string) bool {
+	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return strings.HasPrefix(rel, base+"/")
+	}
+	return pattern == rel
+}
+
+func rel(path string) (string, bool) {
+	if path == module {
+		return "", true
+	}
+	r, ok := strings.CutPrefix(path, module+"/")
+	return r, ok
+}
+
+func TestImportRules(t *testing.T) {
+	out := goList(t, "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...")
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	checked := 0
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		pkg, _ := rel(fields[0])
+		i := slices.IndexFunc(allowed, func(r struct {
+			pkg     string
+			imports []string
+		}) bool {
+			return matches(r.pkg, pkg)
+		})
+		if i < 0 {
+			t.Errorf("package %q has no import rule in layering_test.go: add one", fields[0])
+			continue
+		}
+		checked++
+		for _, imp := range fields[1:] {
+			r, ours := rel(imp)
+			if !ours {
+				continue
+			}
+			if !slices.ContainsFunc(allowed[i].imports, func(p string) bool { return matches(p, r) }) {
+				t.Errorf("%s imports %s, which its rule (%q may import %q) forbids", fields[0], imp, allowed[i].pkg, allowed[i].imports)
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("checked only %d packages: go list output unexpected:\n%s", checked, out)
+	}
+}
+
+func TestShippedBinaryLinksNoTestOnlyPackage(t *testing.T) {
+	deps := strings.Fields(string(goList(t, "-deps", module)))
+	if len(deps) < 50 {
+		t.Fatalf("go list -deps listed only %d packages", len(deps))
+	}
+	for _, p := range testOnly {
+		if slices.Contains(deps, p) {
+			t.Errorf("the binary links %s, a test-only package", p)
+		}
+	}
+}
