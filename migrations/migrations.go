@@ -12,7 +12,6 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
-	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -31,26 +30,13 @@ const versionTable = "schema_version"
 //go:embed sql/*.sql
 var files embed.FS
 
-var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+// ValidateSchema reports whether name can be used as the relay's schema;
+// see outbox.ValidateSchema.
+func ValidateSchema(name string) error { return outbox.ValidateSchema(name) }
 
-// ValidateSchema reports whether name can be used as the relay's schema: a
-// lower-case SQL identifier of at most 63 characters (letters, digits and
-// underscores, not starting with a digit).
-func ValidateSchema(name string) error {
-	if !schemaPattern.MatchString(name) {
-		return fmt.Errorf("schema name %q must be a lower-case identifier: a letter or underscore, then letters, digits or underscores, at most 63 characters", name)
-	}
-	return nil
-}
-
-// Quote returns the schema name quoted for use in SQL. It panics when the name
-// is invalid: callers validate user input with ValidateSchema first.
-func Quote(schema string) string {
-	if err := ValidateSchema(schema); err != nil {
-		panic(err)
-	}
-	return pgx.Identifier{schema}.Sanitize()
-}
+// Quote returns the schema name quoted for use in SQL; see
+// outbox.QuoteSchema.
+func Quote(schema string) string { return outbox.QuoteSchema(schema) }
 
 // Latest is the version the embedded migrations bring a schema to.
 func Latest() int32 {

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
@@ -25,7 +25,7 @@ func TestValidateSchema(t *testing.T) {
 
 func TestApply_ConcurrentReplicasApplyOnce(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewEmpty(t)
+	db := dbtest.NewEmpty(t)
 	ctx := context.Background()
 	const replicas = 6
 	applied := make([]int, replicas)
@@ -57,7 +57,7 @@ func TestApply_ConcurrentReplicasApplyOnce(t *testing.T) {
 
 func TestRender_IsWhatApplyWouldDo(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewEmpty(t)
+	db := dbtest.NewEmpty(t)
 	ctx := context.Background()
 	sql, err := migrations.Render(db.Name)
 	if err != nil {
@@ -81,7 +81,7 @@ func TestRender_IsWhatApplyWouldDo(t *testing.T) {
 
 func TestCurrentVersion_IsZeroOnAnEmptySchema(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewEmpty(t)
+	db := dbtest.NewEmpty(t)
 	v, err := migrations.CurrentVersion(context.Background(), db.Conn(t), db.Name)
 	if err != nil || v != 0 {
 		t.Errorf("CurrentVersion = %d, %v; want 0, nil", v, err)

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -22,7 +22,7 @@ type stored struct {
 	availableAt, createdAt     time.Time
 }
 
-func readAll(t *testing.T, db *testdb.Schema) []stored {
+func readAll(t *testing.T, db *dbtest.Schema) []stored {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(),
 		"SELECT topic, coalesce(key, ''), idempotency_key, destination, payload, headers, available_at, created_at FROM "+db.Table("messages")+" ORDER BY id")
@@ -39,7 +39,7 @@ func readAll(t *testing.T, db *testdb.Schema) []stored {
 	return out
 }
 
-func inTx(t *testing.T, db *testdb.Schema, f func(pgx.Tx) error) error {
+func inTx(t *testing.T, db *dbtest.Schema, f func(pgx.Tx) error) error {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := db.Pool.Begin(ctx)
@@ -55,7 +55,7 @@ func inTx(t *testing.T, db *testdb.Schema, f func(pgx.Tx) error) error {
 
 func TestWriter_InsertsABatchInOneStatement(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 	msgs := []outbox.Message{
 		{Topic: "orders.created", Payload: []byte{0x00, 0xff, 'x'}},
@@ -98,7 +98,7 @@ func TestWriter_InsertsABatchInOneStatement(t *testing.T) {
 
 func TestWriter_PendingDuplicateKeyFailsOrIsSkipped(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	ctx := context.Background()
 	m := outbox.Message{Topic: "a", Payload: []byte("x"), IdempotencyKey: "same"}
 	if err := inTx(t, db, func(tx pgx.Tx) error { _, err := outbox.Writer{Schema: db.Name}.Insert(ctx, tx, m); return err }); err != nil {
@@ -125,7 +125,7 @@ func TestWriter_PendingDuplicateKeyFailsOrIsSkipped(t *testing.T) {
 
 func TestWriter_RefusesAMessageWithoutTopic(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	err := inTx(t, db, func(tx pgx.Tx) error {
 		_, err := outbox.Writer{Schema: db.Name}.Insert(context.Background(), tx, outbox.Message{Payload: []byte("x")})
 		return err
@@ -137,7 +137,7 @@ func TestWriter_RefusesAMessageWithoutTopic(t *testing.T) {
 
 func TestMessagesTable_PlainSQLContract(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	ok := []string{
 		// Only topic and payload: a JSON text literal works.
 		`INSERT INTO %s.messages (topic, payload) VALUES ('orders.created', '{"id": 42}')`,

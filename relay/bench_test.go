@@ -1,14 +1,22 @@
 package relay_test
 
 import (
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/webhook"
 )
 
 // BenchmarkRelay_DrainBacklog measures the drain rate of a backlog of rows
@@ -30,7 +38,7 @@ func BenchmarkRelay_DrainBacklog(b *testing.B) {
 		b.StartTimer()
 		began := time.Now()
 		stop := start(b, bb, cfg)
-		relaytest.WaitFor(b, 5*time.Minute, "the backlog to drain", func() bool {
+		waitfor.Condition(b, 5*time.Minute, "the backlog to drain", func() bool {
 			return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("nats", "delivered")) >= rows
 		})
 		total += time.Since(began)
@@ -38,4 +46,79 @@ func BenchmarkRelay_DrainBacklog(b *testing.B) {
 		stop()
 	}
 	b.ReportMetric(float64(rows*b.N)/total.Seconds(), "events/s")
+}
+
+// BenchmarkRelay_WebhookMisbehavingReceiver measures how a receiver that
+// misbehaves on some requests affects the others (issue: a misbehaving
+// receiver must affect only the messages it misbehaves on). One run: 2,000
+// rows to a receiver that answers 503 with Retry-After: 2 to a tenth of the
+// first attempts and hangs past the timeout on another tenth; the healthy
+// 80% are timed until the last of them is accepted, and so are the same
+// rows against the same receiver fully healthy. It reports both rates and
+// their ratio (goal: at least 0.5), with the default settings.
+//
+//	go test -run '^$' -bench WebhookMisbehaving -benchtime 1x ./relay/
+func BenchmarkRelay_WebhookMisbehavingReceiver(b *testing.B) {
+	const rows = 2000
+	healthy := func(id string) bool { h := fnv.New32a(); h.Write([]byte(id)); return h.Sum32()%10 >= 2 }
+	run := func(b *testing.B, misbehave bool) float64 {
+		db := dbtest.New(b)
+		rcv := webhooktest.NewReceiver(b)
+		if misbehave {
+			rcv.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
+				id := r.Header.Get("webhook-id")
+				h := fnv.New32a()
+				h.Write([]byte(id))
+				switch h.Sum32() % 10 {
+				case 0:
+					w.Header().Set("Retry-After", "2")
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return http.StatusServiceUnavailable
+				case 1:
+					return rcv.Hang(r)
+				}
+				return 0
+			})
+		}
+		secrets, err := webhook.ParseSecrets(rcv.Secret)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sink, err := webhook.New(webhook.Config{URL: rcv.URL, Secrets: secrets, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = sink.Close() })
+		db.Exec(b, `INSERT INTO %s.messages (topic, payload, idempotency_key) SELECT 'orders.created', '{}', 'evt-' || i FROM generate_series(1, $1) AS i`, rows)
+		want := 0
+		for i := 1; i <= rows; i++ {
+			if healthy(fmt.Sprintf("evt-%d", i)) {
+				want++
+			}
+		}
+		began := time.Now()
+		startOn(b, db.Pool, relay.Config{Schema: db.Name, Sinks: map[string]sinks.Sink{"webhook": sink},
+			Logger: slog.New(slog.DiscardHandler), Metrics: relay.NewMetrics()})
+		var took time.Duration
+		waitfor.Condition(b, 5*time.Minute, "the healthy rows to be accepted", func() bool {
+			n := 0
+			var last time.Time
+			for _, req := range rcv.Requests() {
+				if req.Status < 300 && healthy(req.ID()) {
+					n++
+					last = req.At
+				}
+			}
+			took = last.Sub(began)
+			return n >= want
+		})
+		return float64(want) / took.Seconds()
+	}
+	for range b.N {
+		clean := run(b, false)
+		bad := run(b, true)
+		b.ReportMetric(clean, "healthy-receiver-events/s")
+		b.ReportMetric(bad, "misbehaving-receiver-healthy-events/s")
+		b.ReportMetric(bad/clean, "ratio")
+	}
 }

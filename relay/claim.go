@@ -4,11 +4,19 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
+
+// The claim side of the relay: a loop that claims batches while there is
+// capacity, the capacity check, the claim statement, and the dispatch of
+// each batch to its sinks' deliveries (deliver.go).
 
 // claimed is a row this relay leased, with what the claim learned about it.
 type claimed struct {
@@ -21,33 +29,228 @@ type claimed struct {
 	seq int32
 	// rescued is set when the row's previous lease expired unsettled.
 	rescued bool
+	// unreadable, when set, says why the relay could not read the row: it
+	// is dead-lettered without being sent.
+	unreadable string
 }
 
-// claim leases up to limit due rows whose sink is not in exclude and returns
-// them in insert order.
-func (r *Relay) claim(ctx context.Context, limit int, exclude []string) ([]claimed, error) {
+// claimShutdownGrace is how long a claim under way may go on once shutdown
+// begins.
+const claimShutdownGrace = time.Second
+
+// claimer is one claim loop: the statement it runs and what wakes it early
+// from a pause.
+type claimer struct {
+	// what names the rows it claims, for logs.
+	what  string
+	claim func(ctx context.Context, limit int, bytes int64, exclude []string) ([]claimed, error)
+	// wake, when set, ends a pause at once: a settle made rows claimable.
+	wake <-chan struct{}
+	// batch, when set, is the most rows per claim; else BatchSize.
+	batch int
+}
+
+// claimers returns the claim loops. Two run, so that while one waits for its
+// statement the other can claim: in ordered mode one claims the heads of
+// keys through their lanes and the other the rows without a key, which are
+// never held up by keys; otherwise both claim any due row.
+func (r *Relay) claimers() []claimer {
+	if r.cfg.Ordered {
+		heads := claimer{what: "heads of keys", claim: r.claimLanes, wake: r.keyedWake, batch: max(r.cfg.BatchSize/4, 1)}
+		return []claimer{heads, heads, {what: "rows without a key", claim: r.claim}}
+	}
+	return []claimer{{what: "rows", claim: r.claim}, {what: "rows", claim: r.claim}}
+}
+
+// claimLoop claims batches with c and starts their deliveries until ctx
+// ends. It claims again at once while batches come back full and capacity
+// remains, waits a tenth of PollInterval after a claim that found some rows,
+// and PollInterval after an empty one, unless c is woken.
+func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c claimer, health *claimHealth) {
+	failures := 0
+	var failing reminder
+	for ctx.Err() == nil {
+		// Taken before the claim: a notification during the claim ends the
+		// pause after it.
+		notified := r.notified.wait()
+		closed, open := r.sinkStates()
+		bytes := r.inflight.takeBytes(len(r.claimHealth))
+		limit := 0
+		if bytes > 0 {
+			limit = r.inflight.reserve(open, cmp.Or(c.batch, r.cfg.BatchSize))
+		}
+		if limit == 0 {
+			r.inflight.addBytes(-bytes)
+			// Every sink is unavailable or one is at capacity: wait for
+			// a settle to free capacity, or poll availability.
+			waitCtx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
+			_ = r.inflight.waitFreed(waitCtx)
+			cancel()
+			continue
+		}
+		start := time.Now()
+		// The claim is not cut short by shutdown at once: rows it leased
+		// are delivered or released by the drain, not left leased until
+		// the lease expires. A claim stuck behind a lock gives up after a
+		// quarter of the lease, or claimShutdownGrace after shutdown
+		// begins, so that a hung database cannot hold the shutdown.
+		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/4)
+		cutOff := context.AfterFunc(ctx, func() { time.AfterFunc(claimShutdownGrace, cancel) })
+		batch, err := c.claim(claimCtx, limit, bytes, closed)
+		cutOff()
+		cancel()
+		used := map[string]int{}
+		var claimedBytes int64
+		for i := range batch {
+			claimedBytes += int64(len(batch[i].Payload))
+		}
+		r.inflight.addBytes(claimedBytes - bytes)
+		if len(batch) > 0 {
+			used = r.dispatch(deliverCtx, batch, open, start.Add(DeliveryBudget(r.cfg.Lease)))
+		}
+		r.inflight.unreserve(open, limit, used)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			health.failed(err)
+			r.metrics.ClaimErrors.Inc()
+			wait := min(r.cfg.PollInterval<<min(failures, 10), 5*time.Second)
+			now := time.Now()
+			switch {
+			case failing.begin(now):
+				r.log.Error("claims fail: nothing is delivered until they work again; retrying", "claiming", c.what,
+					"err", redactConnError(err), "retry_in", wait)
+			case failing.due(now):
+				r.log.Error("claims still fail; retrying", "claiming", c.what, "for", now.Sub(failing.since).Round(time.Second),
+					"consecutive_failures", failures, "err", redactConnError(err), "retry_in", wait)
+			}
+			sleep(ctx, wait)
+			continue
+		}
+		if failures > 0 {
+			r.log.Info("claiming again after failures", "claiming", c.what, "consecutive_failures", failures,
+				"failed_for", failing.end(time.Now()).Round(time.Millisecond))
+			failures = 0
+		}
+		health.succeeded()
+		switch {
+		case len(batch) == limit:
+			// A full batch: more are waiting, claim again at once.
+		case len(batch) > 0:
+			// Rows are arriving: look again soon, so that a steady
+			// stream is not delayed by a whole poll interval.
+			pause(ctx, jittered(r.cfg.PollInterval/10), c.wake, notified)
+		default:
+			pause(ctx, jittered(r.cfg.PollInterval), c.wake, notified)
+		}
+	}
+}
+
+// sinkStates splits the sinks into those whose rows must not be claimed now
+// (unavailable) and those open for a claim, and records their availability.
+func (r *Relay) sinkStates() (closed, open []string) {
+	closed = []string{}
+	for name, s := range r.cfg.Sinks {
+		var err error
+		if a, ok := s.(sinks.Availability); ok {
+			err = a.Available()
+		}
+		available := err == nil
+		if msg, attrs, isErr := r.watches[name].available(time.Now(), err); msg != "" {
+			if isErr {
+				r.log.Error(msg, append([]any{"sink", name}, attrs...)...)
+			} else {
+				r.log.Info(msg, append([]any{"sink", name}, attrs...)...)
+			}
+		}
+		r.metrics.SinkAvailable.WithLabelValues(name).Set(boolGauge(available))
+		if available {
+			open = append(open, name)
+		} else {
+			closed = append(closed, name)
+		}
+	}
+	return closed, open
+}
+
+// claim leases up to limit due rows whose sink is not in exclude, with
+// payloads of at most bytes in all (at least one row), and returns them in
+// insert order. In ordered mode it takes only rows without a key.
+func (r *Relay) claim(ctx context.Context, limit int, bytes int64, exclude []string) ([]claimed, error) {
 	start := time.Now()
-	rows, err := r.pool.Query(ctx, r.q.claim, planPerExecution, r.cfg.ID, r.cfg.DefaultSink, exclude, limit, r.cfg.Lease)
+	rows, err := r.pool.Query(ctx, r.q.claim, planPerExecution, r.cfg.ID, r.cfg.DefaultSink, exclude, limit, r.cfg.Lease, bytes)
 	if err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
 	}
-	batch := make([]claimed, 0, limit)
-	rescued := 0
+	batch, _, err := r.readClaimed(rows, limit)
+	if err != nil {
+		return nil, err
+	}
+	r.observeClaim(start, batch)
+	return batch, nil
+}
+
+// claimLanes, in ordered mode, leases the heads of up to limit due lanes
+// whose sink is not in exclude (queryLanesClaim), then prunes the lanes it
+// found empty.
+func (r *Relay) claimLanes(ctx context.Context, limit int, bytes int64, exclude []string) ([]claimed, error) {
+	start := time.Now()
+	rows, err := r.pool.Query(ctx, r.q.claimLanes, planPerExecution, r.cfg.ID, r.cfg.DefaultSink, exclude, limit, r.cfg.Lease, laneRecheck, bytes)
+	if err != nil {
+		return nil, fmt.Errorf("claim heads of keys: %w", err)
+	}
+	batch, empty, err := r.readClaimed(rows, limit)
+	if err != nil {
+		return nil, err
+	}
+	r.observeClaim(start, batch)
+	if len(empty) > 0 {
+		// The rows are leased already: a failed prune only leaves the
+		// lanes for a later claim to find empty again.
+		if _, err := r.pool.Exec(ctx, r.q.pruneLanes, empty); err != nil {
+			r.log.Warn("prune empty lanes", "num_lanes", len(empty), "err", err)
+		}
+	}
+	return batch, nil
+}
+
+// laneRecheck is how long a lane whose head's sink is closed waits before a
+// claim looks at it again.
+const laneRecheck = time.Second
+
+// readClaimed reads the rows of a claim statement. A row whose first column
+// is NULL reports a lane without rows left (queryLanesClaim): its last
+// column, the key, goes to empty.
+func (r *Relay) readClaimed(rows pgx.Rows, limit int) (batch []claimed, empty []string, err error) {
+	defer rows.Close()
+	batch = make([]claimed, 0, limit)
 	for rows.Next() {
+		if raw := rows.RawValues(); raw[0] == nil {
+			empty = append(empty, string(raw[len(raw)-1]))
+			continue
+		}
 		var (
-			c                claimed
-			key, destination *string
-			headers          []byte
+			c                          claimed
+			key, destination, emptyKey *string
+			headers                    []byte
+			createdAt                  pgtype.Timestamptz
 		)
 		err := rows.Scan(&c.ID, &c.Topic, &c.Payload, &key, &headers, &c.IdempotencyKey, &destination,
-			&c.CreatedAt, &c.Attempt, &c.seq, &c.rescued, &c.duplicate)
+			&createdAt, &c.Attempt, &c.seq, &c.rescued, &c.duplicate, &emptyKey)
 		if err == nil {
 			c.Headers, err = parseHeaders(headers)
 		}
 		if err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("claim batch: read row: %w", err)
+			// One row the relay cannot read must not stop the others: it
+			// is dead-lettered with the reason, the batch goes on.
+			if !readIDAndSeq(rows, &c) {
+				return nil, nil, fmt.Errorf("claim batch: read row: %w", err)
+			}
+			c.unreadable = "the relay cannot read this row: " + err.Error()
 		}
+		c.CreatedAt = finite(createdAt)
 		if key != nil {
 			c.Key = *key
 		}
@@ -59,23 +262,105 @@ func (r *Relay) claim(ctx context.Context, limit int, exclude []string) ([]claim
 				c.sink = unknownSink
 			}
 		}
-		if c.rescued {
-			rescued++
-		}
 		batch = append(batch, c)
 	}
 	if err := rows.Err(); err != nil {
 		// The claim may have committed before the connection failed; rows
 		// leased then come back when the lease expires.
-		return nil, fmt.Errorf("claim batch: %w", err)
+		return nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
+	slices.SortFunc(batch, func(a, b claimed) int { return cmp.Compare(a.ID, b.ID) })
+	return batch, empty, nil
+}
+
+// readIDAndSeq reads the id and claim_seq of the current row alone, for a
+// row whose other columns could not be read.
+func readIDAndSeq(rows pgx.Rows, c *claimed) bool {
+	raw, fields := rows.RawValues(), rows.FieldDescriptions()
+	m := rows.Conn().TypeMap()
+	return m.Scan(fields[0].DataTypeOID, fields[0].Format, raw[0], &c.ID) == nil &&
+		m.Scan(fields[9].DataTypeOID, fields[9].Format, raw[9], &c.seq) == nil
+}
+
+// finite returns t as a time.Time, or now for an infinite or NULL time (a
+// producer's created_at when the insert guard was skipped).
+func finite(t pgtype.Timestamptz) time.Time {
+	if !t.Valid || t.InfinityModifier != pgtype.Finite {
+		return time.Now()
+	}
+	return t.Time
+}
+
+// observeClaim records a claim's duration, size and rescued rows.
+func (r *Relay) observeClaim(start time.Time, batch []claimed) {
 	r.metrics.ClaimDuration.Observe(time.Since(start).Seconds())
 	r.metrics.ClaimRows.Observe(float64(len(batch)))
+	rescued := 0
+	for i := range batch {
+		if batch[i].rescued {
+			rescued++
+		}
+	}
 	if rescued > 0 {
 		r.metrics.LeaseRescues.Add(float64(rescued))
 		r.log.Warn("claimed rows whose lease had expired; another relay (or this one) stopped before settling them",
 			"num_rescued", rescued)
 	}
-	slices.SortFunc(batch, func(a, b claimed) int { return cmp.Compare(a.ID, b.ID) })
-	return batch, nil
+}
+
+// dispatch starts one delivery per sink in batch and returns how many rows
+// went to each. Sinks in reserved had room taken for the claim; rows for
+// other sinks (destinations that name no configured sink) are added to the
+// in-flight counts here.
+func (r *Relay) dispatch(ctx context.Context, batch []claimed, reserved []string, deadline time.Time) map[string]int {
+	bySink := map[string][]claimed{}
+	for _, c := range batch {
+		bySink[c.sink] = append(bySink[c.sink], c)
+	}
+	used := make(map[string]int, len(bySink))
+	for name, rows := range bySink {
+		used[name] = len(rows)
+		if !slices.Contains(reserved, name) {
+			r.inflight.add(name, len(rows))
+		}
+		r.metrics.InFlight.WithLabelValues(name).Add(float64(len(rows)))
+		r.deliveries.Add(1)
+		go r.deliver(ctx, name, rows, deadline)
+	}
+	return used
+}
+
+// jittered spreads d by ±20%, so that idle replicas do not poll in
+// lockstep.
+func jittered(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// pause waits d, until ctx ends, wake receives or notified is closed.
+func pause(ctx context.Context, d time.Duration, wake, notified <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	case <-wake:
+	case <-notified:
+	}
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

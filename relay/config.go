@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
@@ -24,6 +24,8 @@ const (
 	DrainTimeoutDefault     = 10 * time.Second
 	ArchiveRetentionDefault = 7 * 24 * time.Hour
 	StatsIntervalDefault    = 10 * time.Second
+	StallAfterDefault       = 30 * time.Second
+	MaxInFlightBytesDefault = 64 << 20
 	DedupRetentionDefault   = 7 * 24 * time.Hour
 )
 
@@ -31,8 +33,12 @@ const (
 type Config struct {
 	// Schema holds the relay's tables (RELAY_SCHEMA). Default "outbox".
 	Schema string
-	// ID names this relay in leases (leased_by). Default hostname-pid.
+	// ID names this relay in leases (leased_by) and in the registry of
+	// relays. Default hostname-pid.
 	ID string
+	// Version is the relay's version, recorded in the registry of relays.
+	// Default "dev".
+	Version string
 	// Sinks maps destination names to sinks. At least one is required.
 	Sinks map[string]sinks.Sink
 	// DefaultSink receives rows whose destination is null (RELAY_SINK).
@@ -44,6 +50,11 @@ type Config struct {
 	// MaxInFlight bounds the rows claimed but not yet settled, per sink
 	// (RELAY_MAX_IN_FLIGHT). Default 4 × BatchSize.
 	MaxInFlight int
+	// MaxInFlightBytes bounds the payload bytes of the rows claimed and not
+	// yet settled, over all sinks (RELAY_MAX_IN_FLIGHT_BYTES): the relay's
+	// memory follows it, whatever the payload sizes. A row larger than the
+	// whole budget is still claimed, alone. Default MaxInFlightBytesDefault.
+	MaxInFlightBytes int64
 	// PollInterval is the pause after a claim that found nothing
 	// (RELAY_POLL_INTERVAL); after a claim that found rows but was not full
 	// the pause is a tenth of it, and after a full one there is none.
@@ -58,6 +69,13 @@ type Config struct {
 	// no other) until it is delivered or dead-lettered. Rows without a key
 	// are never held up.
 	Ordered bool
+	// Notify makes producers' inserts wake the relay (RELAY_NOTIFY): it
+	// LISTENs on a dedicated connection, and while it is alive every
+	// inserting statement sends one NOTIFY, so that a row is claimed as soon
+	// as it commits rather than at the next poll. Polling goes on, and takes
+	// over alone when notifications cannot arrive (a transaction-pooling
+	// PgBouncer).
+	Notify bool
 	// MaxAttempts is the number of deliveries before a row goes to the dead
 	// letters (RELAY_MAX_ATTEMPTS). Default MaxAttemptsDefault.
 	MaxAttempts int
@@ -72,6 +90,10 @@ type Config struct {
 	// delivered idempotency keys are kept (RELAY_ARCHIVE_RETENTION,
 	// RELAY_DEDUP_RETENTION); a negative value keeps them forever.
 	ArchiveRetention, DedupRetention time.Duration
+	// StallAfter is how long a sink that is available may go without a
+	// delivery while every attempt fails before the relay reports itself
+	// not ready and logs it. Default StallAfterDefault.
+	StallAfter time.Duration
 	// StatsInterval is how often the backlog gauges are refreshed from the
 	// database. Default StatsIntervalDefault.
 	StatsInterval time.Duration
@@ -90,7 +112,7 @@ type Config struct {
 // withDefaults returns c with every zero value replaced by its default.
 func (c Config) withDefaults() Config {
 	if c.Schema == "" {
-		c.Schema = migrations.DefaultSchema
+		c.Schema = outbox.DefaultSchema
 	}
 	if c.ID == "" {
 		host, _ := os.Hostname()
@@ -98,6 +120,9 @@ func (c Config) withDefaults() Config {
 			host = "relay"
 		}
 		c.ID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if c.Version == "" {
+		c.Version = "dev"
 	}
 	if c.DefaultSink == "" && len(c.Sinks) == 1 {
 		for name := range c.Sinks {
@@ -109,6 +134,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 4 * c.BatchSize
+	}
+	if c.MaxInFlightBytes == 0 {
+		c.MaxInFlightBytes = MaxInFlightBytesDefault
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = PollIntervalDefault
@@ -134,6 +162,9 @@ func (c Config) withDefaults() Config {
 	if c.DedupRetention == 0 {
 		c.DedupRetention = DedupRetentionDefault
 	}
+	if c.StallAfter == 0 {
+		c.StallAfter = StallAfterDefault
+	}
 	if c.StatsInterval == 0 {
 		c.StatsInterval = StatsIntervalDefault
 	}
@@ -148,7 +179,7 @@ func (c Config) withDefaults() Config {
 
 // validate reports the first setting out of range, naming the field.
 func (c Config) validate() error {
-	if err := migrations.ValidateSchema(c.Schema); err != nil {
+	if err := outbox.ValidateSchema(c.Schema); err != nil {
 		return fmt.Errorf("Schema: %w", err)
 	}
 	if len(c.Sinks) == 0 {
@@ -167,8 +198,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("MaxInFlight: %d is less than BatchSize (%d)", c.MaxInFlight, c.BatchSize)
 	case c.PollInterval < time.Millisecond:
 		return fmt.Errorf("PollInterval: %s is below 1ms", c.PollInterval)
-	case c.Lease < 2*time.Second:
-		return fmt.Errorf("Lease: %s is below 2s", c.Lease)
+	case c.Lease < 2*time.Second || c.Lease > time.Hour:
+		return fmt.Errorf("Lease: %s is outside 2s..1h", c.Lease)
 	case c.MaxAttempts < 1:
 		return fmt.Errorf("MaxAttempts: %d is below 1", c.MaxAttempts)
 	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
@@ -180,9 +211,9 @@ func (c Config) validate() error {
 }
 
 // DeliveryBudget is how long a delivery may take after its claim: the lease
-// minus a margin for settling (a fifth, at least a second), so that a slow
+// minus a fifth of it, the margin for settling, so that a slow
 // destination is cut off while the rows are still held. Sink timeouts must
 // fit in it.
 func DeliveryBudget(lease time.Duration) time.Duration {
-	return lease - max(lease/5, time.Second)
+	return lease * 4 / 5
 }

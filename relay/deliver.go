@@ -7,63 +7,70 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
-// Dead-letter reasons.
-const (
-	ReasonPermanent = "permanent" // the sink said retrying cannot help
-	ReasonExhausted = "exhausted" // MaxAttempts deliveries failed
-	ReasonNoSink    = "no_sink"   // the destination names no configured sink
-	ReasonCancelled = "cancelled" // an operator cancelled the message
-)
-
-// maxErrorLen bounds the error text stored with a row.
-const maxErrorLen = 2000
-
-type outcomeKind uint8
-
-const (
-	kindDelivered outcomeKind = iota // archive and record the key
-	kindDuplicate                    // archive without sending: key already delivered
-	kindRetry                        // requeue after delay, attempt counted
-	kindRelease                      // requeue now, attempt given back (shutdown)
-	kindDead                         // move to the dead letters
-)
-
-// outcome is what became of one claimed row; the settler writes it down.
-type outcome struct {
-	id      int64
-	seq     int32 // the claim's claim_seq: the settle's guard
-	attempt int
-	sink    string
-	kind    outcomeKind
-	delay   time.Duration // kindRetry
-	reason  string        // kindDead
-	err     string        // kindRetry, kindDead
-}
-
-// unknownSink groups the rows whose destination names no configured sink;
-// it is their label in metrics, so that row data cannot create series.
-const unknownSink = "(unknown)"
-
 // deliver hands batch (rows for one sink) to that sink and passes the
-// outcomes to the settler. Deliveries end by deadline, before the lease does;
-// when ctx ends first (shutdown), unfinished rows are released.
+// outcomes to the settlers as they come: outcomes decided without sending
+// first, then those of the sink, in groups as a streaming sink reports them.
+// Deliveries end by deadline, before the lease does. Messages the sink did
+// not attempt (it paused, lost its connection) stay with this delivery and
+// are sent again once the sink is available, while the deadline allows:
+// only those left then are released, each costing a row update. When ctx
+// ends first (shutdown), unfinished rows are released.
 func (r *Relay) deliver(ctx context.Context, name string, batch []claimed, deadline time.Time) {
 	defer r.deliveries.Done()
-	out := make([]outcome, 0, len(batch))
-	sink, ok := r.cfg.Sinks[name]
-	msgs := make([]sinks.Message, 0, len(batch))
-	seqs := make([]int32, 0, len(batch))
+	decided, msgs, seqs := r.triage(name, batch)
+	if len(decided) > 0 {
+		r.settleCh <- decided
+	}
+	if len(msgs) == 0 {
+		return
+	}
+	sink := r.cfg.Sinks[name]
+	failures := newFailureLog()
+	defer failures.log(r.log, name)
+	pending := make([]int, len(msgs))
+	for i := range pending {
+		pending[i] = i
+	}
+	for {
+		dctx, cancel := context.WithDeadline(ctx, deadline)
+		notAttempted := r.send(dctx, ctx, name, sink, msgs, seqs, pending, failures)
+		cancel()
+		if len(notAttempted) == 0 {
+			return
+		}
+		if ctx.Err() != nil || !r.waitAvailable(ctx, sink, deadline) {
+			out := make([]outcome, 0, len(notAttempted))
+			for _, i := range notAttempted {
+				out = append(out, outcome{id: msgs[i].ID, seq: seqs[i], attempt: msgs[i].Attempt, sink: name, size: len(msgs[i].Payload),
+					kind: kindRelease, delay: r.releaseDelay(ctx)})
+			}
+			r.settleCh <- out
+			return
+		}
+		pending = notAttempted
+	}
+}
+
+// triage decides the rows that are not sent (no sink, unreadable, past
+// their attempts, duplicates) and returns the others as messages, with their
+// claim_seq.
+func (r *Relay) triage(name string, batch []claimed) (decided []outcome, msgs []sinks.Message, seqs []int32) {
+	_, ok := r.cfg.Sinks[name]
 	for i := range batch {
 		c := &batch[i]
-		o := outcome{id: c.ID, seq: c.seq, attempt: c.Attempt, sink: name}
+		o := outcome{id: c.ID, seq: c.seq, attempt: c.Attempt, sink: name, size: len(c.Payload)}
 		switch {
+		case c.unreadable != "":
+			o.kind, o.reason, o.err = kindDead, outbox.ReasonPermanent, c.unreadable
 		case !ok:
-			o.kind, o.reason = kindDead, ReasonNoSink
+			o.kind, o.reason = kindDead, outbox.ReasonNoSink
 			o.err = fmt.Sprintf("destination %q is not a configured sink (configured: %s)",
 				c.Destination, strings.Join(slices.Sorted(maps.Keys(r.cfg.Sinks)), ", "))
 		case c.rescued && c.Attempt > r.cfg.MaxAttempts:
@@ -71,7 +78,7 @@ func (r *Relay) deliver(ctx context.Context, name string, batch []claimed, deadl
 			// expired each time, so the relay may be crashing or stalling
 			// on this very message. Stop before it takes the relay down
 			// once more.
-			o.kind, o.reason = kindDead, ReasonExhausted
+			o.kind, o.reason = kindDead, outbox.ReasonExhausted
 			o.err = fmt.Sprintf("claimed %d times without a delivery outcome (each lease expired): the relay may crash or stall on this message", c.Attempt)
 		case c.duplicate:
 			o.kind = kindDuplicate
@@ -83,79 +90,152 @@ func (r *Relay) deliver(ctx context.Context, name string, batch []claimed, deadl
 			}
 			continue
 		}
-		out = append(out, o)
+		if o.kind == kindDead {
+			r.log.Warn("dead-lettering a row without sending it", "sink", name, "outbox_id", c.ID,
+				"topic", c.Topic, "destination", c.Destination, "reason", o.reason, "err", o.err)
+		}
+		decided = append(decided, o)
 	}
-	if !ok {
-		r.log.Warn("dead-lettering rows for destinations that name no configured sink", "num_rows", len(batch))
+	return decided, msgs, seqs
+}
+
+// settleGroup is how many outcomes of a streaming sink are passed to the
+// settlers together, and settleEvery how long the first of them may wait
+// for the others.
+const (
+	settleGroup = 64
+	settleEvery = 5 * time.Millisecond
+)
+
+// send delivers the messages at indexes pending through sink and passes
+// their outcomes to the settlers, except those the sink did not attempt
+// (while the relay is not shutting down), whose indexes it returns.
+func (r *Relay) send(dctx, ctx context.Context, name string, sink sinks.Sink, msgs []sinks.Message, seqs []int32,
+	pending []int, failures *failureLog) (notAttempted []int) {
+	sub := make([]sinks.Message, len(pending))
+	for j, i := range pending {
+		sub[j] = msgs[i]
 	}
-	if len(msgs) > 0 {
-		dctx, cancel := context.WithDeadline(ctx, deadline)
-		start := time.Now()
-		errs := sink.Deliver(dctx, msgs)
-		cancel()
+	latency := r.metrics.DeliveryLatency.WithLabelValues(name)
+	watch := r.watches[name]
+	start := time.Now()
+
+	var mu sync.Mutex
+	var group []outcome
+	flush := func() {
+		if len(group) > 0 {
+			r.settleCh <- group
+			group = nil
+		}
+	}
+	reported := 0
+	report := func(j int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reported++
+		i := pending[j]
+		if errors.Is(err, sinks.ErrNotAttempted) && ctx.Err() == nil {
+			notAttempted = append(notAttempted, i)
+			return
+		}
+		o := r.outcomeOf(&msgs[i], seqs[i], name, err, ctx.Err() != nil)
 		now := time.Now()
-		r.metrics.DeliverDuration.WithLabelValues(name).Observe(now.Sub(start).Seconds())
-		if len(errs) != len(msgs) {
-			err := fmt.Errorf("sink %s returned %d outcomes for %d messages", name, len(errs), len(msgs))
-			errs = sinks.Fill(make([]error, len(msgs)), err)
-		}
-		latency := r.metrics.DeliveryLatency.WithLabelValues(name)
-		failures := map[string]int{}
-		for i, err := range errs {
-			o := r.outcomeOf(&msgs[i], seqs[i], name, err, ctx.Err() != nil)
-			if o.kind == kindDelivered {
-				latency.Observe(now.Sub(msgs[i].CreatedAt).Seconds())
-			} else if o.kind != kindRelease {
-				failures[o.err]++
+		switch o.kind {
+		case kindDelivered:
+			latency.Observe(now.Sub(msgs[i].CreatedAt).Seconds())
+			if d := watch.delivered(now); d > 0 {
+				r.log.Info("sink delivers again", "sink", name, "delivered_nothing_for", d.Round(time.Second))
 			}
-			out = append(out, o)
+		case kindRelease:
+		default:
+			failures.add(&msgs[i], o)
+			if o.kind == kindRetry {
+				if msg, attrs := watch.failed(now, o.err); msg != "" {
+					r.log.Error(msg, append([]any{"sink", name}, attrs...)...)
+				}
+			}
 		}
-		for text, n := range failures {
-			r.log.Warn("delivery failed", "sink", name, "num_messages", n, "err", text)
+		group = append(group, o)
+		if len(group) >= settleGroup {
+			flush()
 		}
 	}
-	r.settleCh <- out
+	if s, ok := sink.(sinks.Streamer); ok {
+		stop := make(chan struct{})
+		go func() {
+			t := time.NewTicker(settleEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					mu.Lock()
+					flush()
+					mu.Unlock()
+				}
+			}
+		}()
+		s.DeliverStream(dctx, sub, report)
+		close(stop)
+	} else {
+		errs := sink.Deliver(dctx, sub)
+		if len(errs) != len(sub) {
+			err := fmt.Errorf("sink %s returned %d outcomes for %d messages", name, len(errs), len(sub))
+			errs = sinks.Fill(make([]error, len(sub)), err)
+		}
+		for j, err := range errs {
+			report(j, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if reported != len(sub) {
+		// A streaming sink that broke its contract: the rest come back
+		// when their leases expire.
+		r.log.Error("sink reported fewer outcomes than messages", "sink", name, "num_reported", reported, "num_messages", len(sub))
+	}
+	flush()
+	r.metrics.DeliverDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	return notAttempted
 }
 
-// outcomeOf classifies the result of delivering m under claim seq.
-func (r *Relay) outcomeOf(m *sinks.Message, seq int32, sink string, err error, shuttingDown bool) outcome {
-	o := outcome{id: m.ID, seq: seq, attempt: m.Attempt, sink: sink}
-	switch {
-	case err == nil:
-		o.kind = kindDelivered
-	case sinks.IsPermanent(err):
-		o.kind, o.reason, o.err = kindDead, ReasonPermanent, errorText(err)
-	case shuttingDown && errors.Is(err, context.Canceled):
-		o.kind = kindRelease // claimable again at once, by any relay
-	case errors.Is(err, sinks.ErrNotAttempted):
-		// The sink did not try (paused, disconnected, out of time): back
-		// without spending an attempt, after a pause, so that a sink that
-		// keeps refusing does not turn claims into a busy loop.
-		o.kind, o.delay = kindRelease, r.cfg.BackoffMin
-	case m.Attempt >= r.cfg.MaxAttempts:
-		o.kind, o.reason = kindDead, ReasonExhausted
-		o.err = fmt.Sprintf("after %d attempts: %s", m.Attempt, errorText(err))
-	default:
-		o.kind, o.err = kindRetry, errorText(err)
-		o.delay = backoff(m.Attempt, r.cfg.BackoffMin, r.cfg.BackoffMax)
-		if after, ok := sinks.RetryDelay(err); ok && after > o.delay {
-			o.delay = after
+// notAttemptedRetryMin is the least time left before the deadline for
+// which the relay waits for a sink to be available again rather than
+// releasing the rows it did not attempt.
+const notAttemptedRetryMin = 2 * time.Second
+
+// waitAvailable waits, when sink did not attempt messages because it is
+// unavailable (paused, disconnected), until it is available again, polling,
+// and reports whether it is, with time enough before deadline to send. A
+// sink that did not attempt messages while available (out of time before
+// its deadline) is not asked again.
+func (r *Relay) waitAvailable(ctx context.Context, sink sinks.Sink, deadline time.Time) bool {
+	a, ok := sink.(sinks.Availability)
+	if !ok || a.Available() == nil {
+		return false
+	}
+	for {
+		if time.Until(deadline) < notAttemptedRetryMin {
+			return false
+		}
+		if a.Available() == nil {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(min(r.cfg.PollInterval, 50*time.Millisecond)):
 		}
 	}
-	return o
 }
 
-// errorText is err as it is stored with a row: valid UTF-8 without NUL
-// bytes (PostgreSQL text refuses both), at most maxErrorLen bytes.
-func errorText(err error) string {
-	s := err.Error()
-	truncated := len(s) > maxErrorLen
-	if truncated {
-		s = s[:maxErrorLen]
+// releaseDelay is how long a released row waits: none at shutdown (another
+// relay may take it at once), else BackoffMin, so that a sink that keeps
+// refusing does not turn claims into a busy loop.
+func (r *Relay) releaseDelay(ctx context.Context) time.Duration {
+	if ctx.Err() != nil {
+		return 0
 	}
-	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "")
-	if truncated {
-		s += "…"
-	}
-	return s
+	return r.cfg.BackoffMin
 }

@@ -54,7 +54,33 @@
 // A row whose idempotency key was already delivered (within the dedup
 // retention) is archived as a duplicate without being sent. There is no
 // global order: batches are delivered in parallel and retried rows come
-// back later.
+// back later. In ordered mode each key's rows are first accepted in id
+// order, one at a time.
+//
+// # Ordered mode
+//
+// With Config.Ordered, each key with rows has a lane (the lanes table),
+// opened by a statement-level trigger when a producer inserts. Keyed rows are
+// claimed through their lanes (queryLanesClaim): a claim locks due lanes SKIP
+// LOCKED and leases each one's head, its oldest row, so at most one row per
+// key is in flight across relays. A lane looked at leaves the due range: to
+// the lease's end while its head is in flight (an expired lease makes it due
+// again), to the head's retry while it backs off. A settle makes the lanes of
+// its heads due and wakes the lane claimer, so a key's next row goes as soon
+// as the previous one is settled. Rows without a key are claimed by a loop of
+// their own, from an index that holds only them. A lane whose key has no rows
+// left is deleted (lanes_prune) after locking it, in a snapshot taken after
+// the lock, while producers hold a KEY SHARE lock on the lanes of their keys
+// until they commit: a lane is never deleted under rows about to be visible.
+//
+// # Relays and modes
+//
+// Every relay registers in the relays table at start and records a
+// heartbeat every 10 seconds. The schema records its mode (relay_mode):
+// a relay whose mode differs refuses to start while a relay of the schema's
+// mode is alive (ModeConflictError), and otherwise switches the schema,
+// holding producers back while it opens (or drops) the lanes. A relay that
+// finds the mode changed under it stops (ModeChangedError).
 //
 // # Shutdown
 //

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
 
 // A release whose commit answer was lost is retried; by then another relay
@@ -16,11 +17,11 @@ import (
 // attempt back). The retried release must not end that relay's lease.
 func TestSettle_ARetriedReleaseCannotEndANewerLease(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	ctx := context.Background()
 	newRelay := func(id string) *Relay {
 		r, err := New(db.Pool, Config{
-			Schema: db.Name, ID: id, Sinks: map[string]sinks.Sink{"nats": nopSink{}},
+			Schema: db.Name, ID: id, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}},
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		if err != nil {
@@ -31,7 +32,7 @@ func TestSettle_ARetriedReleaseCannotEndANewerLease(t *testing.T) {
 	a, b := newRelay("relay-a"), newRelay("relay-b")
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload) VALUES ('t', 'x')`)
 
-	claimedByA, err := a.claim(ctx, 10, []string{})
+	claimedByA, err := a.claim(ctx, 10, 1<<30, []string{})
 	if err != nil || len(claimedByA) != 1 {
 		t.Fatalf("relay A claimed %d rows, %v", len(claimedByA), err)
 	}
@@ -39,7 +40,7 @@ func TestSettle_ARetriedReleaseCannotEndANewerLease(t *testing.T) {
 	if err := a.settle(ctx, release); err != nil {
 		t.Fatal(err)
 	}
-	claimedByB, err := b.claim(ctx, 10, []string{})
+	claimedByB, err := b.claim(ctx, 10, 1<<30, []string{})
 	if err != nil || len(claimedByB) != 1 {
 		t.Fatalf("relay B claimed %d rows, %v", len(claimedByB), err)
 	}

@@ -4,15 +4,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Outcome labels of outbox_relay_messages_total.
-const (
-	outcomeDelivered    = "delivered"
-	outcomeRetried      = "retried"
-	outcomeDeadLettered = "dead_lettered"
-	outcomeDeduplicated = "deduplicated"
-	outcomeReleased     = "released"
-)
-
 // Metrics are the relay's Prometheus collectors, all prefixed outbox_relay_.
 // Register them with Register; a Relay updates them as it runs.
 type Metrics struct {
@@ -37,6 +28,11 @@ type Metrics struct {
 	LockWaits          prometheus.Gauge
 	StatsErrors        prometheus.Counter
 	RetentionDeleted   *prometheus.CounterVec
+
+	// Ordered mode.
+	BlockedKeys   prometheus.Gauge
+	WaitingOnKey  prometheus.Gauge
+	LanesRepaired prometheus.Counter
 }
 
 // NewMetrics returns unregistered collectors.
@@ -126,6 +122,18 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "stats_errors_total",
 			Help: "Failed refreshes of the backlog gauges.",
 		}),
+		BlockedKeys: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "blocked_keys",
+			Help: "Ordered mode: keys whose head (oldest row) failed and waits for its retry, holding up the rows of its key; counted up to 10,000.",
+		}),
+		WaitingOnKey: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "waiting_on_key",
+			Help: "Ordered mode: rows that wait for an older row of their key to be settled (not counted in backlog); counted up to 1,000,000.",
+		}),
+		LanesRepaired: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "lanes_repaired_total",
+			Help: "Ordered mode: lanes opened for keys whose rows had none (expected only just after a switch to ordered mode).",
+		}),
 		RetentionDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "retention_deleted_total",
 			Help: "Rows removed after their retention, by table (archive, delivered_keys).",
@@ -139,7 +147,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		m.Messages, m.ClaimDuration, m.ClaimRows, m.ClaimErrors, m.LeaseRescues, m.LeaseLost,
 		m.InFlight, m.DeliveryLatency, m.DeliverDuration, m.SettleDuration, m.SettleErrors,
 		m.SinkAvailable, m.Backlog, m.OldestDueAge, m.InBackoff, m.DeadLetters, m.HotTableDeadTuples,
-		m.LockWaits, m.StatsErrors, m.RetentionDeleted,
+		m.LockWaits, m.StatsErrors, m.RetentionDeleted, m.BlockedKeys, m.WaitingOnKey, m.LanesRepaired,
 	} {
 		if err := reg.Register(c); err != nil {
 			return err

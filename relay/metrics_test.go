@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -40,6 +41,9 @@ func TestMetrics_TellHowFarBehindAndWhy(t *testing.T) {
 	cfg := b.config(t)
 	cfg.StatsInterval = 50 * time.Millisecond
 	cfg.MaxAttempts = 2
+	// Long enough that the failed row is seen waiting in backoff however
+	// slow a refresh of the gauges is on a loaded machine.
+	cfg.BackoffMin, cfg.BackoffMax = 3*time.Second, 3*time.Second
 	m := cfg.Metrics
 	if err := m.Register(prometheus.NewPedanticRegistry()); err != nil {
 		t.Fatalf("metrics do not register cleanly: %v", err)
@@ -49,10 +53,10 @@ func TestMetrics_TellHowFarBehindAndWhy(t *testing.T) {
 	b.nats.Stop()
 	start(t, b, cfg)
 	relaytest.InsertRows(t, b.db, 300, "events.a")
-	relaytest.WaitFor(t, 10*time.Second, "the backlog gauge", func() bool {
+	waitfor.Condition(t, 10*time.Second, "the backlog gauge", func() bool {
 		return testutil.ToFloat64(m.Backlog.WithLabelValues("nats")) == 300
 	})
-	relaytest.WaitFor(t, 10*time.Second, "the oldest due age to grow", func() bool {
+	waitfor.Condition(t, 10*time.Second, "the oldest due age to grow", func() bool {
 		return testutil.ToFloat64(m.OldestDueAge) > 0.1
 	})
 	if got := testutil.ToFloat64(m.SinkAvailable.WithLabelValues("nats")); got != 0 {
@@ -63,13 +67,13 @@ func TestMetrics_TellHowFarBehindAndWhy(t *testing.T) {
 
 	// A row no stream captures fails, waits in backoff, then is dead-lettered.
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload) VALUES ('nowhere.x', 'x')`)
-	relaytest.WaitFor(t, 10*time.Second, "the in_backoff gauge", func() bool { return testutil.ToFloat64(m.InBackoff) == 1 })
-	relaytest.WaitFor(t, 10*time.Second, "the dead_letters gauge", func() bool { return testutil.ToFloat64(m.DeadLetters) == 1 })
-	relaytest.WaitFor(t, 10*time.Second, "the backlog to clear", func() bool {
+	waitfor.Condition(t, 10*time.Second, "the in_backoff gauge", func() bool { return testutil.ToFloat64(m.InBackoff) == 1 })
+	waitfor.Condition(t, 10*time.Second, "the dead_letters gauge", func() bool { return testutil.ToFloat64(m.DeadLetters) == 1 })
+	waitfor.Condition(t, 10*time.Second, "the backlog to clear", func() bool {
 		return testutil.ToFloat64(m.Backlog.WithLabelValues("nats")) == 0 && testutil.ToFloat64(m.OldestDueAge) == 0
 	})
 
-	relaytest.WaitForCount(t, 10*time.Second, "dead_lettered", func() float64 {
+	waitfor.Count(t, 10*time.Second, "dead_lettered", func() float64 {
 		return testutil.ToFloat64(m.Messages.WithLabelValues("nats", "dead_lettered"))
 	}, 1)
 	counts := map[string]float64{

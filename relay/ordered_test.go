@@ -3,59 +3,71 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
 
-// flakySink fails the first delivery of every third message, and records
-// how many messages of each key it holds at once.
-type flakySink struct {
-	next sinks.Sink
-
-	mu          sync.Mutex
-	failed      map[string]bool
-	inFlight    map[string]int
-	maxInFlight int
-}
-
-func (s *flakySink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
-	s.mu.Lock()
-	var send []sinks.Message
-	var at []int
-	errs := make([]error, len(msgs))
-	for i, m := range msgs {
-		if m.Key != "" {
-			s.inFlight[m.Key]++
-			s.maxInFlight = max(s.maxInFlight, s.inFlight[m.Key])
+// flakySink delivers through next but fails the first delivery of every
+// third message (by the sequence in its idempotency key), and records the
+// most messages of one key it ever held at once.
+func flakySink(next sinks.Sink) (sink *sinktest.Func, maxPerKey func() int) {
+	var (
+		mu          sync.Mutex
+		failed      = map[string]bool{}
+		inFlight    = map[string]int{}
+		maxInFlight int
+	)
+	sink = &sinktest.Func{DeliverFunc: func(ctx context.Context, msgs []sinks.Message) []error {
+		mu.Lock()
+		var send []sinks.Message
+		var at []int
+		errs := make([]error, len(msgs))
+		for i, m := range msgs {
+			if m.Key != "" {
+				inFlight[m.Key]++
+				maxInFlight = max(maxInFlight, inFlight[m.Key])
+			}
+			seq, _ := strconv.Atoi(m.IdempotencyKey)
+			if seq%3 == 0 && !failed[m.IdempotencyKey] {
+				failed[m.IdempotencyKey] = true
+				errs[i] = errors.New("flaky: try again")
+				continue
+			}
+			send = append(send, m)
+			at = append(at, i)
 		}
-		seq, _ := strconv.Atoi(m.IdempotencyKey)
-		if seq%3 == 0 && !s.failed[m.IdempotencyKey] {
-			s.failed[m.IdempotencyKey] = true
-			errs[i] = errors.New("flaky: try again")
-			continue
+		mu.Unlock()
+		for j, err := range next.Deliver(ctx, send) {
+			errs[at[j]] = err
 		}
-		send = append(send, m)
-		at = append(at, i)
-	}
-	s.mu.Unlock()
-	for j, err := range s.next.Deliver(ctx, send) {
-		errs[at[j]] = err
-	}
-	s.mu.Lock()
-	for _, m := range msgs {
-		if m.Key != "" {
-			s.inFlight[m.Key]--
+		mu.Lock()
+		for _, m := range msgs {
+			if m.Key != "" {
+				inFlight[m.Key]--
+			}
 		}
+		mu.Unlock()
+		return errs
+	}}
+	return sink, func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maxInFlight
 	}
-	s.mu.Unlock()
-	return errs
 }
 
 func TestRelay_OrderedModeDeliversEachKeyInInsertOrder(t *testing.T) {
@@ -64,7 +76,7 @@ func TestRelay_OrderedModeDeliversEachKeyInInsertOrder(t *testing.T) {
 	cfg := b.config(t)
 	cfg.Ordered = true
 	cfg.BackoffMin, cfg.BackoffMax = 20*time.Millisecond, 50*time.Millisecond
-	flaky := &flakySink{next: b.sink, failed: map[string]bool{}, inFlight: map[string]int{}}
+	flaky, maxPerKey := flakySink(b.sink)
 	cfg.Sinks = map[string]sinks.Sink{"nats": flaky}
 	// 5 keys interleaved, 100 rows each, plus unkeyed rows; the idempotency
 	// key is the insert sequence.
@@ -90,31 +102,190 @@ SELECT 'events.ordered', convert_to(i::text, 'UTF8'), CASE WHEN i % 6 = 5 THEN N
 	if len(last) != 5 {
 		t.Fatalf("saw %d keys, want 5", len(last))
 	}
-	if flaky.maxInFlight != 1 {
-		t.Errorf("up to %d messages of one key were in flight at once, want 1", flaky.maxInFlight)
+	if n := maxPerKey(); n != 1 {
+		t.Errorf("up to %d messages of one key were in flight at once, want 1", n)
 	}
 	relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, 600)
 }
 
-func TestRelay_OrderedModeHoldsBackTheRowsBehindAFailingHead(t *testing.T) {
+func TestRelay_OrderedModeAFailingHeadHoldsUpOnlyItsKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config(t)
 	cfg.Ordered = true
+	cfg.StatsInterval = 50 * time.Millisecond
 	cfg.BackoffMin, cfg.BackoffMax = time.Hour, time.Hour
 	start(t, b, cfg)
-	// No stream captures nowhere.>: the head fails and waits an hour.
-	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'nowhere.x', 'x', 'k' FROM generate_series(1, 5)`)
-	relaytest.WaitFor(t, 20*time.Second, "the head to be in backoff", func() bool {
+	// No stream captures nowhere.>: the head of key k fails and waits an
+	// hour. Key j and the rows without a key go on.
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key, available_at)
+	              SELECT 'nowhere.x', 'x', 'k', now() - interval '1 hour' FROM generate_series(1, 5)`)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.j', 'y', 'j' FROM generate_series(1, 5)`)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload) SELECT 'events.u', 'z' FROM generate_series(1, 5)`)
+	waitfor.Condition(t, 20*time.Second, "key j and the unkeyed rows to be delivered", func() bool {
+		return b.db.Count(t, "archive") == 10
+	})
+	waitfor.Condition(t, 20*time.Second, "the head of k to be in backoff", func() bool {
 		var n int
-		_ = b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.db.Table("messages")+" WHERE attempts = 1 AND leased_by IS NULL").Scan(&n)
+		_ = b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.db.Table("messages")+" WHERE attempts = 1 AND leased_by IS NULL AND available_at > now()").Scan(&n)
 		return n == 1
 	})
-	var due int
-	if err := b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.db.Table("messages")+" WHERE available_at <= now()").Scan(&due); err != nil {
+	// One write for the retry: the rows behind the head keep their
+	// available_at, and the lane waits for the head's retry.
+	var behindUntouched int
+	var laneAt, headAt time.Time
+	err := b.db.Pool.QueryRow(context.Background(), `
+SELECT (SELECT count(*) FROM `+b.db.Table("messages")+` WHERE key = 'k' AND attempts = 0 AND available_at < now() - interval '59 minutes'),
+       (SELECT available_at FROM `+b.db.Table("lanes")+` WHERE key = 'k'),
+       (SELECT available_at FROM `+b.db.Table("messages")+` WHERE key = 'k' AND attempts = 1)`).Scan(&behindUntouched, &laneAt, &headAt)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if due != 0 {
-		t.Errorf("%d rows behind the failing head are still due: claims would walk past them", due)
+	if behindUntouched != 4 || !laneAt.Equal(headAt) {
+		t.Errorf("%d of the 4 rows behind the head are untouched; lane due at %s, head's retry at %s", behindUntouched, laneAt, headAt)
+	}
+	waitfor.Condition(t, 10*time.Second, "the gauges to show one blocked key with 4 rows waiting on it", func() bool {
+		return testutil.ToFloat64(cfg.Metrics.BlockedKeys) == 1 && testutil.ToFloat64(cfg.Metrics.WaitingOnKey) == 4 &&
+			testutil.ToFloat64(cfg.Metrics.Backlog.WithLabelValues("nats")) == 0 && testutil.ToFloat64(cfg.Metrics.OldestDueAge) == 0
+	})
+	if n := b.db.Count(t, "lanes"); n != 1 {
+		t.Errorf("%d lanes left, want only k's (j's is pruned once empty)", n)
+	}
+}
+
+// TestRelay_OrderedModeClaimsDoNotWalkTheRowsBehindHeadsInFlight checks
+// with EXPLAIN that a claim reads the lanes, not the rows queued behind the
+// heads in flight: with 100 heads leased and 4,000 rows behind them, the
+// claim of heads touches a handful of pages, not thousands of index entries.
+func TestRelay_OrderedModeClaimsDoNotWalkTheRowsBehindHeadsInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.db.Exec(t, `UPDATE %s.relay_mode SET mode = 'ordered'`)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 100) FROM generate_series(1, 4100) AS i`)
+	// The heads are in flight: leased, their lanes moved to the lease's end.
+	b.db.Exec(t, `UPDATE %s.messages AS m SET leased_by = 'other', leased_until = now() + interval '1 minute', attempts = 1
+	              WHERE id IN (SELECT min(id) FROM %s.messages GROUP BY key)`)
+	b.db.Exec(t, `UPDATE %s.lanes SET available_at = now() + interval '1 minute'`)
+	b.db.Exec(t, `ANALYZE %s.messages`)
+	plan := explainClaim(t, b, `SELECT m.id FROM %s.messages AS m
+	   JOIN (SELECT key FROM %s.lanes WHERE available_at <= now() ORDER BY available_at LIMIT 1000 FOR NO KEY UPDATE SKIP LOCKED) AS l
+	     ON m.key = l.key`)
+	if plan.rows != 0 || plan.buffers > 50 {
+		t.Errorf("a claim of heads with every key in flight returned %d rows and touched %d buffers; want 0 rows and a handful of buffers", plan.rows, plan.buffers)
+	}
+	// The same question asked of the table, as the old claim did.
+	walk := explainClaim(t, b, `SELECT id FROM %s.messages AS c WHERE available_at <= now()
+	   AND (leased_until IS NULL OR leased_until <= now())
+	   AND NOT EXISTS (SELECT 1 FROM %s.messages AS o WHERE o.key = c.key AND o.id < c.id)
+	   ORDER BY available_at, id LIMIT 1000 FOR UPDATE SKIP LOCKED`)
+	t.Logf("the claim of heads touched %d buffers; walking the table for heads, as a claim without lanes does, %d", plan.buffers, walk.buffers)
+}
+
+// explained is what EXPLAIN (ANALYZE, BUFFERS) says of a statement.
+type explained struct{ rows, buffers int }
+
+func explainClaim(t *testing.T, b *bundle, sql string) explained {
+	t.Helper()
+	tx, err := b.db.Pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	var out []map[string]any
+	q := "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + strings.ReplaceAll(sql, "%s", pgx.Identifier{b.db.Name}.Sanitize())
+	if err := tx.QueryRow(context.Background(), q).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	plan := out[0]["Plan"].(map[string]any)
+	return explained{
+		rows:    int(plan["Actual Rows"].(float64)),
+		buffers: int(plan["Shared Hit Blocks"].(float64) + plan["Shared Read Blocks"].(float64)),
+	}
+}
+
+func TestRelay_OrderedModeProducersRacingTheLanesLoseNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	cfg.Ordered = true
+	sink := &sinktest.Memory{}
+	cfg.Sinks = map[string]sinks.Sink{"nats": sink}
+	start(t, b, cfg)
+	// Producers keep writing to a few keys while the relay drains them, so
+	// that lanes empty, are pruned and are opened again all the time; each
+	// transaction waits a little before committing, holding its lanes.
+	const producers, perProducer, keys = 6, 150, 5
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			for i := range perProducer {
+				tx, err := b.db.Pool.Begin(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				key := "k" + strconv.Itoa((p+i)%keys)
+				_, err = tx.Exec(context.Background(), "INSERT INTO "+b.db.Table("messages")+" (topic, payload, key, idempotency_key) VALUES ('events.a', 'x', $1, $2)",
+					key, fmt.Sprintf("%d-%d", p, i))
+				if err == nil {
+					time.Sleep(time.Duration(i%3) * time.Millisecond)
+					err = tx.Commit(context.Background())
+				}
+				if err != nil {
+					t.Error(err)
+					_ = tx.Rollback(context.Background())
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	relaytest.WaitDrained(t, b.db, relaytest.Budget(producers*perProducer))
+	if got := len(sink.Keys()); got != producers*perProducer {
+		t.Errorf("the sink got %d messages, want %d", got, producers*perProducer)
+	}
+	waitfor.Condition(t, 10*time.Second, "the last lanes to be pruned", func() bool { return b.db.Count(t, "lanes") == 0 })
+	if n := testutil.ToFloat64(cfg.Metrics.LanesRepaired); n != 0 {
+		t.Errorf("%v lanes had to be repaired: the producers' and the relay's protocol left rows without a lane", n)
+	}
+}
+
+func TestRelay_ReplicasOfAnotherModeRefuseToStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ordered := b.config(t)
+	ordered.ID, ordered.Ordered = "ordered-1", true
+	stopOrdered := start(t, b, ordered)
+	waitfor.Condition(t, 10*time.Second, "the ordered relay to register", func() bool {
+		var mode string
+		_ = b.db.Pool.QueryRow(context.Background(), "SELECT mode FROM "+b.db.Table("relays")+" WHERE id = 'ordered-1'").Scan(&mode)
+		return mode == relay.ModeOrdered
+	})
+
+	unordered := b.config(t)
+	unordered.ID = "unordered-1"
+	r, err := relay.New(b.db.Pool, unordered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	var conflict *relay.ModeConflictError
+	if !errors.As(err, &conflict) || conflict.Recorded != relay.ModeOrdered || !strings.Contains(err.Error(), "ordered-1") {
+		t.Fatalf("an unordered relay beside an ordered one: Run = %v, want a ModeConflictError naming ordered-1", err)
+	}
+
+	// Once the ordered relay is gone, an unordered one switches the schema.
+	stopOrdered()
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'x', 'k')`)
+	start(t, b, unordered)
+	relaytest.WaitDrained(t, b.db, 10*time.Second) // by the unordered relay: registered, switched
+	var mode string
+	if err := b.db.Pool.QueryRow(context.Background(), "SELECT mode FROM "+b.db.Table("relay_mode")).Scan(&mode); err != nil || mode != relay.ModeUnordered {
+		t.Errorf("schema mode %q, %v after the unordered relay started alone", mode, err)
+	}
+	if n := b.db.Count(t, "lanes"); n != 0 {
+		t.Errorf("%d lanes left after switching to unordered", n)
 	}
 }

@@ -2,10 +2,10 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,11 +21,6 @@ const settleGrace = 5 * time.Second
 // settlers is the number of concurrent settle round trips.
 const settlers = 2
 
-// claimers is the number of concurrent claim loops: while one waits for its
-// claim statement the other can run, which doubles the claim rate on a busy
-// database.
-const claimers = 2
-
 // Relay moves rows from the outbox table to their sinks. Create it with New
 // and run it with Run.
 type Relay struct {
@@ -39,13 +34,16 @@ type Relay struct {
 	draining   atomic.Bool
 	deliveries sync.WaitGroup
 	settleCh   chan []outcome
-}
-
-// availability is implemented by sinks that know when they cannot deliver at
-// all (disconnected, paused by the destination). Their rows are left in the
-// table meanwhile, without spending attempts.
-type availability interface {
-	Available() error
+	// keyedWake wakes the ordered mode's lane claimer after a settle: a
+	// key's next row is claimable as soon as its head is settled.
+	keyedWake chan struct{}
+	// claimHealth records, per claim loop, since when its claims fail.
+	claimHealth []claimHealth
+	// watches follow each sink's availability and deliveries (watch.go).
+	watches map[string]*sinkWatch
+	// notified wakes every claim loop when a producer inserted
+	// (Config.Notify; notify.go).
+	notified *broadcast
 }
 
 // New returns a relay over pool, which must reach a database migrated by
@@ -58,7 +56,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	// Export every series from the start, so that rates and alerts work
 	// before the first event.
 	for name := range cfg.Sinks {
-		for _, o := range []string{outcomeDelivered, outcomeRetried, outcomeDeadLettered, outcomeDeduplicated, outcomeReleased} {
+		for _, o := range outcomeLabels {
 			cfg.Metrics.Messages.WithLabelValues(name, o)
 		}
 		cfg.Metrics.InFlight.WithLabelValues(name)
@@ -68,23 +66,39 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	for _, table := range []string{"archive", "delivered_keys"} {
 		cfg.Metrics.RetentionDeleted.WithLabelValues(table)
 	}
-	return &Relay{
-		cfg:      cfg,
-		pool:     pool,
-		q:        renderQueries(cfg.Schema, cfg.Ordered),
-		log:      cfg.Logger.With("relay_id", cfg.ID),
-		metrics:  cfg.Metrics,
-		inflight: newInFlight(cfg.MaxInFlight),
-		settleCh: make(chan []outcome, 64),
-	}, nil
+	r := &Relay{
+		cfg:       cfg,
+		pool:      pool,
+		q:         renderQueries(cfg.Schema, cfg.Ordered),
+		log:       cfg.Logger.With("relay_id", cfg.ID),
+		metrics:   cfg.Metrics,
+		inflight:  newInFlight(cfg.MaxInFlight, cfg.MaxInFlightBytes),
+		settleCh:  make(chan []outcome, 64),
+		keyedWake: make(chan struct{}, 1),
+		notified:  newBroadcast(),
+	}
+	r.claimHealth = make([]claimHealth, len(r.claimers()))
+	r.watches = make(map[string]*sinkWatch, len(cfg.Sinks))
+	for name := range cfg.Sinks {
+		r.watches[name] = &sinkWatch{stallAfter: cfg.StallAfter, lastSuccess: time.Now()}
+	}
+	return r, nil
 }
 
-// Run claims, delivers and settles rows until ctx is cancelled, then drains:
-// it stops claiming, lets in-flight deliveries finish for up to DrainTimeout,
-// releases what they did not finish, settles every outcome and returns nil.
-// Database and sink failures are logged, counted and retried; Run only
-// returns early on a programming error.
+// Run registers the relay on the schema, then claims, delivers and settles
+// rows until ctx is cancelled, then drains: it stops claiming, lets in-flight
+// deliveries finish for up to DrainTimeout, releases what they did not
+// finish, settles every outcome and returns nil. It returns a
+// *ModeConflictError without starting when relays of another mode are alive
+// on the schema, and a *ModeChangedError after draining when the schema's
+// mode changed under it. Database and sink failures are logged, counted and
+// retried.
 func (r *Relay) Run(ctx context.Context) error {
+	if err := r.registerWithRetry(ctx); err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	// Deliveries and settling outlive ctx: they end on their own schedule
 	// once draining starts.
 	deliverCtx, cancelDeliveries := context.WithCancel(context.WithoutCancel(ctx))
@@ -97,13 +111,23 @@ func (r *Relay) Run(ctx context.Context) error {
 		settling.Go(func() { r.settleLoop(settleCtx, r.settleCh) })
 	}
 	var background sync.WaitGroup
-	background.Go(func() { r.maintain(ctx) })
+	background.Go(func() { r.statsLoop(runCtx) })
+	background.Go(func() { r.retentionLoop(runCtx) })
+	if r.cfg.Notify {
+		background.Go(func() { r.listenLoop(runCtx) })
+	}
+	background.Go(func() {
+		if err := r.heartbeatLoop(runCtx); err != nil {
+			r.log.Error("stopping", "err", err)
+			stop(err)
+		}
+	})
 
-	r.log.Info("relay started", "schema", r.cfg.Schema, "sinks", slices.Sorted(maps.Keys(r.cfg.Sinks)),
+	r.log.Info("relay started", "schema", r.cfg.Schema, "mode", r.mode(), "sinks", slices.Sorted(maps.Keys(r.cfg.Sinks)),
 		"default_sink", r.cfg.DefaultSink, "batch_size", r.cfg.BatchSize, "lease", r.cfg.Lease)
 	var claiming sync.WaitGroup
-	for range claimers {
-		claiming.Go(func() { r.claimLoop(ctx, deliverCtx) })
+	for i, c := range r.claimers() {
+		claiming.Go(func() { r.claimLoop(runCtx, deliverCtx, c, &r.claimHealth[i]) })
 	}
 	claiming.Wait()
 	r.draining.Store(true)
@@ -118,120 +142,27 @@ func (r *Relay) Run(ctx context.Context) error {
 	cutoff.Stop()
 	close(r.settleCh)
 	settling.Wait()
+	stop(nil)
 	background.Wait()
 	r.log.Info("relay stopped")
+	if err := context.Cause(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
 	return nil
 }
 
-// claimLoop claims batches and starts their deliveries until ctx ends. It
-// claims again at once while batches come back full and capacity remains,
-// waits a tenth of PollInterval after a claim that found some rows, and
-// PollInterval after an empty one.
-func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context) {
-	failures := 0
-	for ctx.Err() == nil {
-		exclude, open := r.closedSinks()
-		if !open {
-			// Every sink is unavailable or at capacity: wait for a
-			// settle to free capacity, or poll availability.
-			waitCtx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
-			_ = r.inflight.waitFreed(waitCtx)
-			cancel()
-			continue
+// registerWithRetry registers the relay (register), retrying while the
+// database fails and ctx lasts; a mode conflict is returned at once.
+func (r *Relay) registerWithRetry(ctx context.Context) error {
+	wait := 250 * time.Millisecond
+	for {
+		err := r.register(ctx)
+		var conflict *ModeConflictError
+		if err == nil || errors.As(err, &conflict) || ctx.Err() != nil {
+			return err
 		}
-		start := time.Now()
-		// The claim is not cut short by shutdown: rows it leased are
-		// delivered or released by the drain, not left leased until the
-		// lease expires. A claim stuck behind a lock gives up after a
-		// quarter of the lease.
-		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/4)
-		batch, err := r.claim(claimCtx, r.cfg.BatchSize, exclude)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			failures++
-			r.metrics.ClaimErrors.Inc()
-			wait := min(r.cfg.PollInterval<<min(failures, 10), 5*time.Second)
-			r.log.Warn("claim failed; retrying", "err", err, "retry_in", wait, "consecutive_failures", failures)
-			sleep(ctx, wait)
-			continue
-		}
-		if failures > 0 {
-			r.log.Info("claiming again after failures", "consecutive_failures", failures)
-			failures = 0
-		}
-		if len(batch) > 0 {
-			r.dispatch(deliverCtx, batch, start.Add(DeliveryBudget(r.cfg.Lease)))
-		}
-		switch {
-		case len(batch) == r.cfg.BatchSize:
-			// A full batch: more are waiting, claim again at once.
-		case len(batch) > 0:
-			// Rows are arriving: look again soon, so that a steady
-			// stream is not delayed by a whole poll interval.
-			sleep(ctx, jittered(r.cfg.PollInterval/10))
-		default:
-			sleep(ctx, jittered(r.cfg.PollInterval))
-		}
+		r.log.Warn("could not register on the schema; retrying", "err", err, "retry_in", wait)
+		sleep(ctx, wait)
+		wait = min(2*wait, 5*time.Second)
 	}
-}
-
-// closedSinks returns the sinks whose rows must not be claimed now (at
-// capacity or unavailable) and whether any configured sink is open.
-func (r *Relay) closedSinks() (closed []string, anyOpen bool) {
-	for name, s := range r.cfg.Sinks {
-		available := true
-		if a, ok := s.(availability); ok && a.Available() != nil {
-			available = false
-		}
-		r.metrics.SinkAvailable.WithLabelValues(name).Set(boolGauge(available))
-		if !available || r.inflight.full(name) {
-			closed = append(closed, name)
-			continue
-		}
-		anyOpen = true
-	}
-	if closed == nil {
-		closed = []string{}
-	}
-	return closed, anyOpen
-}
-
-// dispatch starts one delivery per sink in batch.
-func (r *Relay) dispatch(ctx context.Context, batch []claimed, deadline time.Time) {
-	bySink := map[string][]claimed{}
-	for _, c := range batch {
-		bySink[c.sink] = append(bySink[c.sink], c)
-	}
-	for name, rows := range bySink {
-		r.inflight.add(name, len(rows))
-		r.metrics.InFlight.WithLabelValues(name).Add(float64(len(rows)))
-		r.deliveries.Add(1)
-		go r.deliver(ctx, name, rows, deadline)
-	}
-}
-
-// jittered spreads d by ±20%, so that idle replicas do not poll in
-// lockstep.
-func jittered(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
-
-func boolGauge(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,12 +17,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/natstest"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/internal/testdb"
-	"github.com/outbox-relay/outbox-relay/internal/testnats"
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	natssink "github.com/outbox-relay/outbox-relay/sinks/nats"
+	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
 
 const stream = "EVENTS"
@@ -29,14 +33,14 @@ const stream = "EVENTS"
 // bundle is what most relay tests need: a fresh schema, a NATS server with a
 // stream capturing events.>, and a NATS sink.
 type bundle struct {
-	db   *testdb.Schema
-	nats *testnats.Server
+	db   *dbtest.Schema
+	nats *natstest.Server
 	sink *natssink.Sink
 }
 
 func setup(t testing.TB, configure ...func(*server.Options)) *bundle {
 	t.Helper()
-	b := &bundle{db: testdb.New(t), nats: testnats.Start(t, configure...)}
+	b := &bundle{db: dbtest.New(t), nats: natstest.Start(t, configure...)}
 	b.nats.CreateStream(t, stream, "events.>")
 	b.sink = newSink(t, b.nats.URL())
 	return b
@@ -121,18 +125,18 @@ func (w tWriter) Write(p []byte) (int, error) {
 func TestRelay_DeliversPlainSQLRowsOnceByteForByte(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	const n = 10000
+	const n = 3000
 	relaytest.InsertRows(t, b.db, n, "events.orders.created")
 	cfg := b.config(t)
 	start(t, b, cfg)
 
-	relaytest.WaitDrained(t, b.db, 60*time.Second)
-	relaytest.WaitFor(t, 10*time.Second, "all messages in the stream", func() bool { return b.nats.Count(t, stream) >= n })
+	relaytest.WaitDrained(t, b.db, relaytest.Budget(n))
+	waitfor.Condition(t, 10*time.Second, "all messages in the stream", func() bool { return b.nats.Count(t, stream) >= n })
 	relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, n)
 	if got := b.db.Count(t, "delivered_keys"); got != n {
 		t.Errorf("delivered_keys holds %d keys, want %d", got, n)
 	}
-	relaytest.WaitForCount(t, 10*time.Second, "outbox_relay_messages_total{outcome=delivered}", func() float64 {
+	waitfor.Count(t, 10*time.Second, "outbox_relay_messages_total{outcome=delivered}", func() float64 {
 		return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("nats", "delivered"))
 	}, n)
 }
@@ -158,7 +162,7 @@ func TestRelay_TwoRelaysShareATableWithoutDuplicates(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	const n = 10000
+	const n = 4000
 	relaytest.InsertRows(t, b.db, n, "events.orders.created")
 	cfgA, cfgB := b.config(t), b.config(t)
 	cfgA.ID, cfgB.ID = "relay-a", "relay-b"
@@ -167,8 +171,8 @@ func TestRelay_TwoRelaysShareATableWithoutDuplicates(t *testing.T) {
 	start(t, b, cfgA)
 	start(t, b, cfgB)
 
-	relaytest.WaitDrained(t, b.db, 60*time.Second)
-	relaytest.WaitFor(t, 10*time.Second, "every publish to reach the subscriber", func() bool {
+	relaytest.WaitDrained(t, b.db, relaytest.Budget(n))
+	waitfor.Condition(t, 10*time.Second, "every publish to reach the subscriber", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(published) >= n
@@ -177,7 +181,7 @@ func TestRelay_TwoRelaysShareATableWithoutDuplicates(t *testing.T) {
 	delivered := func(m *relay.Metrics) float64 {
 		return testutil.ToFloat64(m.Messages.WithLabelValues("nats", "delivered"))
 	}
-	relaytest.WaitForCount(t, 10*time.Second, "deliveries by both relays", func() float64 {
+	waitfor.Count(t, 10*time.Second, "deliveries by both relays", func() float64 {
 		return delivered(cfgA.Metrics) + delivered(cfgB.Metrics)
 	}, n)
 	a, c := delivered(cfgA.Metrics), delivered(cfgB.Metrics)
@@ -209,10 +213,10 @@ func TestRelay_NATSOutageLosesNothing(t *testing.T) {
 	start(t, b, cfg)
 
 	relaytest.InsertRows(t, b.db, n/2, "events.orders.created")
-	relaytest.WaitFor(t, 30*time.Second, "some deliveries", func() bool { return b.db.Count(t, "archive") > 0 })
+	waitfor.Condition(t, 30*time.Second, "some deliveries", func() bool { return b.db.Count(t, "archive") > 0 })
 	b.nats.Stop()
 	relaytest.InsertRows(t, b.db, n/2, "events.orders.created")
-	relaytest.WaitFor(t, 10*time.Second, "the relay to see the sink as unavailable", func() bool {
+	waitfor.Condition(t, 10*time.Second, "the relay to see the sink as unavailable", func() bool {
 		return testutil.ToFloat64(cfg.Metrics.SinkAvailable.WithLabelValues("nats")) == 0
 	})
 	if left := b.db.Count(t, "messages"); left == 0 {
@@ -220,7 +224,7 @@ func TestRelay_NATSOutageLosesNothing(t *testing.T) {
 	}
 	b.nats.Restart()
 
-	relaytest.WaitDrained(t, b.db, 60*time.Second)
+	relaytest.WaitDrained(t, b.db, relaytest.Budget(n))
 	relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, n)
 	if got := b.db.Count(t, "dead_letters"); got != 0 {
 		t.Errorf("%d rows were dead-lettered", got)
@@ -289,8 +293,8 @@ func TestRelay_PoisonMessageIsDeadLetteredWhileTheRestFlow(t *testing.T) {
 		t.Fatalf("dead letters = %+v, want the two poison messages", got)
 	}
 	for _, d := range got {
-		if d.reason != relay.ReasonPermanent || d.attempts != 1 {
-			t.Errorf("dead letter %s: reason %q after %d attempts, want %q after 1", d.key, d.reason, d.attempts, relay.ReasonPermanent)
+		if d.reason != outbox.ReasonPermanent || d.attempts != 1 {
+			t.Errorf("dead letter %s: reason %q after %d attempts, want %q after 1", d.key, d.reason, d.attempts, outbox.ReasonPermanent)
 		}
 	}
 	if !bytes.Contains([]byte(got[0].err), []byte("max_payload")) {
@@ -299,7 +303,7 @@ func TestRelay_PoisonMessageIsDeadLetteredWhileTheRestFlow(t *testing.T) {
 	if !bytes.Contains([]byte(got[1].err), []byte("wildcard")) {
 		t.Errorf("wildcard dead letter error = %q, want it to mention wildcards", got[1].err)
 	}
-	relaytest.WaitForCount(t, 10*time.Second, "outbox_relay_messages_total{outcome=dead_lettered}", func() float64 {
+	waitfor.Count(t, 10*time.Second, "outbox_relay_messages_total{outcome=dead_lettered}", func() float64 {
 		return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("nats", "dead_lettered"))
 	}, 2)
 }
@@ -325,7 +329,7 @@ func TestRelay_DeliveredKeyIsArchivedAsDuplicateWithoutSending(t *testing.T) {
 	if dups != 1 {
 		t.Errorf("archive holds %d duplicates, want 1", dups)
 	}
-	relaytest.WaitForCount(t, 10*time.Second, "outbox_relay_messages_total{outcome=deduplicated}", func() float64 {
+	waitfor.Count(t, 10*time.Second, "outbox_relay_messages_total{outcome=deduplicated}", func() float64 {
 		return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("nats", "deduplicated"))
 	}, 1)
 }
@@ -338,7 +342,7 @@ func TestRelay_TransientFailuresRetryWithBackoffThenDeliver(t *testing.T) {
 	// No stream captures other.>: JetStream has no responder, a transient
 	// failure (an operator may still create the stream).
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload) VALUES ('other.thing', 'later')`)
-	relaytest.WaitFor(t, 20*time.Second, "a retry", func() bool {
+	waitfor.Condition(t, 20*time.Second, "a retry", func() bool {
 		return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("nats", "retried")) >= 1
 	})
 	var attempts int
@@ -373,8 +377,8 @@ func TestRelay_ExhaustedAttemptsGoToDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reason != relay.ReasonExhausted || attempts != 3 || errText == "" {
-		t.Errorf("dead letter: reason %q, attempts %d, error %q; want %q after 3 attempts with the error", reason, attempts, errText, relay.ReasonExhausted)
+	if reason != outbox.ReasonExhausted || attempts != 3 || errText == "" {
+		t.Errorf("dead letter: reason %q, attempts %d, error %q; want %q after 3 attempts with the error", reason, attempts, errText, outbox.ReasonExhausted)
 	}
 }
 
@@ -390,13 +394,13 @@ func TestRelay_UnknownDestinationIsDeadLettered(t *testing.T) {
 	if err := b.db.Pool.QueryRow(context.Background(), "SELECT reason, error FROM "+b.db.Table("dead_letters")).Scan(&reason, &errText); err != nil {
 		t.Fatal(err)
 	}
-	if reason != relay.ReasonNoSink || !bytes.Contains([]byte(errText), []byte(`"kafka"`)) {
-		t.Errorf("dead letter reason %q, error %q; want %q naming kafka", reason, errText, relay.ReasonNoSink)
+	if reason != outbox.ReasonNoSink || !bytes.Contains([]byte(errText), []byte(`"kafka"`)) {
+		t.Errorf("dead letter reason %q, error %q; want %q naming kafka", reason, errText, outbox.ReasonNoSink)
 	}
 	if got := b.nats.Count(t, stream); got != 1 {
 		t.Errorf("stream holds %d messages, want 1", got)
 	}
-	relaytest.WaitForCount(t, 10*time.Second, `messages_total{sink="(unknown)",outcome="dead_lettered"}`, func() float64 {
+	waitfor.Count(t, 10*time.Second, `messages_total{sink="(unknown)",outcome="dead_lettered"}`, func() float64 {
 		return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("(unknown)", "dead_lettered"))
 	}, 1)
 	reg := prometheus.NewPedanticRegistry()
@@ -421,7 +425,7 @@ func TestRelay_ARowThatOutlivesEveryLeaseIsDeadLetteredUnsent(t *testing.T) {
 	b := setup(t)
 	// The row's leases expired three times without an outcome: a relay
 	// that crashes on this message each time it claims it.
-	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, attempts, claim_seq, leased_by, leased_until)
+	b.db.ExecAsRelay(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, attempts, claim_seq, leased_by, leased_until)
 	              VALUES ('events.a', 'x', 'crasher', 3, 3, 'dead-relay', now() - interval '1 second')`)
 	cfg := b.config(t)
 	cfg.MaxAttempts = 3
@@ -431,7 +435,7 @@ func TestRelay_ARowThatOutlivesEveryLeaseIsDeadLetteredUnsent(t *testing.T) {
 	if err := b.db.Pool.QueryRow(context.Background(), "SELECT reason, error FROM "+b.db.Table("dead_letters")).Scan(&reason, &errText); err != nil {
 		t.Fatal(err)
 	}
-	if reason != relay.ReasonExhausted || !bytes.Contains([]byte(errText), []byte("without a delivery outcome")) {
+	if reason != outbox.ReasonExhausted || !bytes.Contains([]byte(errText), []byte("without a delivery outcome")) {
 		t.Errorf("dead letter %q: %q", reason, errText)
 	}
 	if got := b.nats.Count(t, stream); got != 0 {
@@ -439,28 +443,24 @@ func TestRelay_ARowThatOutlivesEveryLeaseIsDeadLetteredUnsent(t *testing.T) {
 	}
 }
 
-// blockingSink holds every delivery until its context ends.
-type blockingSink struct{ started chan struct{} }
-
-func (s *blockingSink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
-	select {
-	case s.started <- struct{}{}:
-	default:
-	}
-	<-ctx.Done()
-	return sinks.Fill(make([]error, len(msgs)), ctx.Err())
-}
-
 func TestRelay_ShutdownReleasesUnfinishedDeliveries(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config(t)
-	sink := &blockingSink{started: make(chan struct{}, 1)}
+	started := make(chan struct{}, 1)
+	sink := &sinktest.Func{DeliverFunc: func(ctx context.Context, msgs []sinks.Message) []error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done() // holds every delivery until its context ends
+		return sinks.Fill(make([]error, len(msgs)), ctx.Err())
+	}}
 	cfg.Sinks = map[string]sinks.Sink{"nats": sink}
 	cfg.DrainTimeout = 200 * time.Millisecond
 	stop := start(t, b, cfg)
 	relaytest.InsertRows(t, b.db, 50, "events.a")
-	<-sink.started
+	<-started
 	began := time.Now()
 	stop()
 	if took := time.Since(began); took > 5*time.Second {
@@ -485,14 +485,20 @@ func TestRelay_GuardedSettleCannotArchiveARowTakenOver(t *testing.T) {
 	b := setup(t)
 	// Relay A's sink stalls past A's lease; relay B takes the row over and
 	// delivers it; A's late success must not archive B's claim.
-	slow := &stallingSink{release: make(chan struct{}), next: b.sink}
+	release := make(chan struct{})
+	var calls atomic.Int32
+	slow := &sinktest.Func{DeliverFunc: func(ctx context.Context, msgs []sinks.Message) []error {
+		calls.Add(1)
+		<-release // stalls past the lease
+		return b.sink.Deliver(context.WithoutCancel(ctx), msgs)
+	}}
 	cfgA := b.config(t)
 	cfgA.ID = "relay-a"
 	cfgA.Lease = 2 * time.Second
 	cfgA.Sinks = map[string]sinks.Sink{"nats": slow}
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.a', 'x', 'contested')`)
 	start(t, b, cfgA)
-	relaytest.WaitFor(t, 10*time.Second, "relay A to claim the row", func() bool { return slow.calls() > 0 })
+	waitfor.Condition(t, 10*time.Second, "relay A to claim the row", func() bool { return calls.Load() > 0 })
 	// Let A's lease expire, then take the row over as relay B would.
 	b.db.Exec(t, `UPDATE %s.messages SET leased_until = now() WHERE idempotency_key = 'contested'`)
 	var tookOver int
@@ -501,8 +507,8 @@ func TestRelay_GuardedSettleCannotArchiveARowTakenOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	close(slow.release)
-	relaytest.WaitFor(t, 10*time.Second, "relay A to settle", func() bool {
+	close(release)
+	waitfor.Condition(t, 10*time.Second, "relay A to settle", func() bool {
 		return testutil.ToFloat64(cfgA.Metrics.LeaseLost) >= 1
 	})
 	var leasedBy string
@@ -517,34 +523,12 @@ func TestRelay_GuardedSettleCannotArchiveARowTakenOver(t *testing.T) {
 	}
 }
 
-// stallingSink waits for release before delivering through next.
-type stallingSink struct {
-	release chan struct{}
-	next    sinks.Sink
-	mu      sync.Mutex
-	n       int
-}
-
-func (s *stallingSink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
-	s.mu.Lock()
-	s.n++
-	s.mu.Unlock()
-	<-s.release
-	return s.next.Deliver(context.WithoutCancel(ctx), msgs)
-}
-
-func (s *stallingSink) calls() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.n
-}
-
 func TestRelay_ExpiredLeaseIsRescued(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	// A relay that died holding a lease: the row is leased, due again at
 	// the lease's end.
-	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, attempts, leased_by, leased_until, available_at)
+	b.db.ExecAsRelay(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, attempts, leased_by, leased_until, available_at)
 	              VALUES ('events.a', 'x', 'orphan', 1, 'dead-relay', now() + interval '300 milliseconds', now())`)
 	cfg := b.config(t)
 	start(t, b, cfg)

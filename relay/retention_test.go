@@ -9,19 +9,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
-
-type nopSink struct{}
-
-func (nopSink) Deliver(_ context.Context, msgs []sinks.Message) []error {
-	return make([]error, len(msgs))
-}
 
 func TestRetention_DeletesOnlyExpiredRowsInChunks(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	// 12k archived rows a week and a day old, 10 fresh; the same for keys.
 	db.Exec(t, `INSERT INTO %s.archive (id, topic, payload, idempotency_key, created_at, attempts, delivered_at)
 	            SELECT i, 't', 'x', 'k' || i, now(), 1, now() - CASE WHEN i <= 12000 THEN interval '8 days' ELSE interval '1 hour' END
@@ -30,7 +25,7 @@ func TestRetention_DeletesOnlyExpiredRowsInChunks(t *testing.T) {
 	            SELECT 'k' || i, now() - CASE WHEN i <= 12000 THEN interval '8 days' ELSE interval '1 hour' END
 	              FROM generate_series(1, 12010) AS i`)
 	r, err := New(db.Pool, Config{
-		Schema: db.Name, Sinks: map[string]sinks.Sink{"nats": nopSink{}},
+		Schema: db.Name, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}},
 		ArchiveRetention: 7 * 24 * time.Hour, DedupRetention: 7 * 24 * time.Hour,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

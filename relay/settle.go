@@ -26,6 +26,18 @@ func (r *Relay) settleLoop(ctx context.Context, in <-chan []outcome) {
 			}
 		}
 		r.settleWithRetry(ctx, items)
+		if r.cfg.Ordered {
+			// Heads left their lanes: the keys' next rows are claimable.
+			select {
+			case r.keyedWake <- struct{}{}:
+			default:
+			}
+		}
+		var settledBytes int64
+		for i := range items {
+			settledBytes += int64(items[i].size)
+		}
+		r.inflight.addBytes(-settledBytes)
 		for sink, n := range countBySink(items) {
 			r.inflight.done(sink, n)
 			r.metrics.InFlight.WithLabelValues(sink).Sub(float64(n))
@@ -128,21 +140,6 @@ func (r *Relay) count(items []outcome, settled map[int64]bool) {
 	}
 	for k, n := range counts {
 		r.metrics.Messages.WithLabelValues(k.sink, k.outcome).Add(float64(n))
-	}
-}
-
-func outcomeLabel(k outcomeKind) string {
-	switch k {
-	case kindDelivered:
-		return outcomeDelivered
-	case kindDuplicate:
-		return outcomeDeduplicated
-	case kindRetry:
-		return outcomeRetried
-	case kindRelease:
-		return outcomeReleased
-	default:
-		return outcomeDeadLettered
 	}
 }
 

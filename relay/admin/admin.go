@@ -1,8 +1,9 @@
 // Package admin inspects and repairs the relay's tables from the database
 // alone: it works while no relay runs, and beside running relays.
 //
+// New returns an Admin for one schema, whose methods are the operations:
 // Status summarises the hot table, the leases, the dead letters and the
-// tables' sizes. ListDead, RetryDead and PurgeDead look at, move back and
+// tables' sizes; ListDead, RetryDead and PurgeDead look at, move back and
 // delete dead letters; Replay re-enqueues archived (delivered) rows; Cancel
 // moves pending rows to the dead letters.
 //
@@ -28,8 +29,28 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
+
+// Admin runs the operator's operations on the relay's tables in one schema.
+// It is safe for concurrent use.
+type Admin struct {
+	db     DB
+	schema string
+}
+
+// New returns the operations on the relay's tables in schema (RELAY_SCHEMA),
+// reached through db. It validates the schema name but does not touch the
+// database.
+func New(db DB, schema string) (*Admin, error) {
+	if err := outbox.ValidateSchema(schema); err != nil {
+		return nil, err
+	}
+	return &Admin{db: db, schema: schema}, nil
+}
+
+// sql renders statement q for the Admin's schema.
+func (a *Admin) sql(q string) string { return render(q, a.schema) }
 
 // DB is the database handle the operations need; *pgxpool.Pool and
 // *pgx.Conn satisfy it. Each operation runs in one transaction of its own.
@@ -123,9 +144,4 @@ func nullLimit(n int) any {
 		return nil
 	}
 	return n
-}
-
-// checkSchema validates schema before it is quoted into a statement.
-func checkSchema(schema string) error {
-	return migrations.ValidateSchema(schema)
 }

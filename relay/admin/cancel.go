@@ -5,8 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // CancelError is the error text of a cancelled row in the dead letters.
@@ -37,31 +36,28 @@ type CancelResult struct {
 }
 
 // Cancel moves the pending rows opts selects from the hot table to the
-// dead letters, with reason relay.ReasonCancelled and error CancelError,
+// dead letters, with reason outbox.ReasonCancelled and error CancelError,
 // keeping their id, attempts and created_at. Rows in flight are left
 // alone; a relay whose lease had expired and that settles a cancelled row
 // late finds it gone, and its settle does nothing. RetryDead with Reason
 // "cancelled" undoes a cancel.
-func Cancel(ctx context.Context, db DB, schema string, opts CancelOptions) (CancelResult, error) {
+func (a *Admin) Cancel(ctx context.Context, opts CancelOptions) (CancelResult, error) {
 	res := CancelResult{DryRun: opts.DryRun}
-	if err := checkSchema(schema); err != nil {
-		return res, err
-	}
 	if opts.Key == "" && opts.Topic == "" {
 		return res, fmt.Errorf("cancel: %w (name a key or a topic)", ErrNoFilter)
 	}
 	topic, topicPattern := topicParams(opts.Topic)
 	args := []any{nullString(opts.Key), topic, topicPattern}
-	err := inTx(ctx, db, mutation(opts.DryRun), func(tx pgx.Tx) error {
+	err := inTx(ctx, a.db, mutation(opts.DryRun), func(tx pgx.Tx) error {
 		if opts.DryRun {
-			if err := tx.QueryRow(ctx, render(queryMessagesCancelDry, schema), args...).Scan(&res.Matched, &res.InFlight); err != nil {
+			if err := tx.QueryRow(ctx, a.sql(queryMessagesCancelDry), args...).Scan(&res.Matched, &res.InFlight); err != nil {
 				return fmt.Errorf("count rows to cancel: %w", err)
 			}
 			res.Cancelled = res.Matched - res.InFlight
 			return nil
 		}
-		args = append(args, relay.ReasonCancelled, CancelError)
-		if err := tx.QueryRow(ctx, render(queryMessagesCancel, schema), args...).Scan(&res.Matched, &res.Cancelled); err != nil {
+		args = append(args, outbox.ReasonCancelled, CancelError)
+		if err := tx.QueryRow(ctx, a.sql(queryMessagesCancel), args...).Scan(&res.Matched, &res.Cancelled); err != nil {
 			return fmt.Errorf("cancel rows: %w", err)
 		}
 		res.InFlight = res.Matched - res.Cancelled

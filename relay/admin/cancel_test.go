@@ -4,25 +4,28 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/relay/admin"
 	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
 
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	// order-1: one due row, one in backoff, one delayed, one in flight,
 	// one whose lease expired. order-2: one due row.
-	db.Exec(t, `
+	db.ExecAsRelay(t, `
 INSERT INTO %s.messages (topic, payload, key, idempotency_key, available_at, attempts, leased_by, leased_until) VALUES
     ('orders.created', 'x', 'order-1', 'due',      now(),                        0, NULL,      NULL),
     ('orders.created', 'x', 'order-1', 'backoff',  now() + interval '1 minute',  2, NULL,      NULL),
@@ -32,7 +35,7 @@ INSERT INTO %s.messages (topic, payload, key, idempotency_key, available_at, att
     ('orders.created', 'x', 'order-2', 'other',    now(),                        0, NULL,      NULL)`)
 
 	opts := admin.CancelOptions{Key: "order-1", DryRun: true}
-	dry, err := admin.Cancel(ctx, db.Pool, db.Name, opts)
+	dry, err := ops(t, db).Cancel(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +48,7 @@ INSERT INTO %s.messages (topic, payload, key, idempotency_key, available_at, att
 	}
 
 	opts.DryRun = false
-	res, err := admin.Cancel(ctx, db.Pool, db.Name, opts)
+	res, err := ops(t, db).Cancel(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +70,7 @@ INSERT INTO %s.messages (topic, payload, key, idempotency_key, available_at, att
 	}
 
 	// A topic pattern; both filters must match.
-	res, err = admin.Cancel(ctx, db.Pool, db.Name, admin.CancelOptions{Topic: "orders.%", Key: "order-2"})
+	res, err = ops(t, db).Cancel(ctx, admin.CancelOptions{Topic: "orders.%", Key: "order-2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +79,7 @@ INSERT INTO %s.messages (topic, payload, key, idempotency_key, available_at, att
 	}
 
 	// Retrying the cancelled dead letters undoes the cancel.
-	retry, err := admin.RetryDead(ctx, db.Pool, db.Name, admin.RetryDeadOptions{DeadFilter: admin.DeadFilter{Reason: relay.ReasonCancelled}})
+	retry, err := ops(t, db).RetryDead(ctx, admin.RetryDeadOptions{DeadFilter: admin.DeadFilter{Reason: outbox.ReasonCancelled}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,34 +90,23 @@ INSERT INTO %s.messages (topic, payload, key, idempotency_key, available_at, att
 
 // heldSink holds deliveries until release is closed, then reports them
 // delivered. Once a delivery has started it says it is unavailable, so the
-// relay claims nothing more.
-type heldSink struct {
-	release chan struct{}
-	mu      sync.Mutex
-	started bool
-}
-
-func (s *heldSink) Deliver(_ context.Context, msgs []sinks.Message) []error {
-	s.mu.Lock()
-	s.started = true
-	s.mu.Unlock()
-	<-s.release
-	return make([]error, len(msgs))
-}
-
-func (s *heldSink) Available() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return errors.New("busy")
+// relay claims nothing more. hasStarted reports whether one has.
+func heldSink(release chan struct{}) (sink *sinktest.Func, hasStarted func() bool) {
+	var started atomic.Bool
+	sink = &sinktest.Func{
+		DeliverFunc: func(_ context.Context, msgs []sinks.Message) []error {
+			started.Store(true)
+			<-release
+			return make([]error, len(msgs))
+		},
+		AvailableFunc: func() error {
+			if started.Load() {
+				return errors.New("busy")
+			}
+			return nil
+		},
 	}
-	return nil
-}
-
-func (s *heldSink) hasStarted() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.started
+	return sink, started.Load
 }
 
 // A relay that stalls past its lease and then settles a row an operator
@@ -123,10 +115,11 @@ func (s *heldSink) hasStarted() bool {
 func TestCancel_LateSettleIsANoOp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	insertPending(t, db, "orders.created", "order-1", "k1")
 
-	sink := &heldSink{release: make(chan struct{})}
+	release := make(chan struct{})
+	sink, hasStarted := heldSink(release)
 	metrics := relay.NewMetrics()
 	startRelay(t, db, relay.Config{
 		ID:      "relay-1",
@@ -137,14 +130,14 @@ func TestCancel_LateSettleIsANoOp(t *testing.T) {
 	// Let the sink go before the relay stops (cleanups run last first).
 	t.Cleanup(func() {
 		select {
-		case <-sink.release:
+		case <-release:
 		default:
-			close(sink.release)
+			close(release)
 		}
 	})
 
-	waitFor(t, 10*time.Second, "the relay to claim the row", sink.hasStarted)
-	res, err := admin.Cancel(ctx, db.Pool, db.Name, admin.CancelOptions{Key: "order-1"})
+	waitfor.Condition(t, 10*time.Second, "the relay to claim the row", hasStarted)
+	res, err := ops(t, db).Cancel(ctx, admin.CancelOptions{Key: "order-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,15 +148,15 @@ func TestCancel_LateSettleIsANoOp(t *testing.T) {
 	// not due yet, so that the running relay cannot claim it again before
 	// the cancel below.
 	db.Exec(t, `UPDATE %s.messages SET leased_until = now() - interval '1 millisecond', available_at = now() + interval '1 hour'`)
-	res, err = admin.Cancel(ctx, db.Pool, db.Name, admin.CancelOptions{Key: "order-1"})
+	res, err = ops(t, db).Cancel(ctx, admin.CancelOptions{Key: "order-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Cancelled != 1 {
 		t.Fatalf("cancel after the lease expired: %+v, want the row cancelled", res)
 	}
-	close(sink.release)
-	waitFor(t, 10*time.Second, "the relay's late settle", func() bool { return testutil.ToFloat64(metrics.LeaseLost) >= 1 })
+	close(release)
+	waitfor.Condition(t, 10*time.Second, "the relay's late settle", func() bool { return testutil.ToFloat64(metrics.LeaseLost) >= 1 })
 	if db.Count(t, "dead_letters") != 1 || db.Count(t, "archive") != 0 || db.Count(t, "delivered_keys") != 0 || db.Count(t, "messages") != 0 {
 		t.Errorf("after the late settle: %d dead letters, %d archived, %d delivered keys, %d pending; want 1, 0, 0, 0",
 			db.Count(t, "dead_letters"), db.Count(t, "archive"), db.Count(t, "delivered_keys"), db.Count(t, "messages"))

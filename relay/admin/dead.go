@@ -3,9 +3,13 @@ package admin
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // DeadFilter selects dead letters. Set fields narrow the selection; an
@@ -20,8 +24,12 @@ type DeadFilter struct {
 	Topic string
 	// Key is the ordering key, matched exactly.
 	Key string
-	// Reason is matched exactly: permanent, exhausted, no_sink, cancelled.
+	// Reason is matched exactly: one of outbox.Reasons (others are refused
+	// with ErrUnknownReason).
 	Reason string
+	// Destination is matched exactly; DefaultSinkLabel selects the rows
+	// without one.
+	Destination string
 	// Error is found anywhere in the error text, ignoring case.
 	Error string
 	// Since selects dead letters that failed at or after it.
@@ -35,7 +43,19 @@ type DeadFilter struct {
 
 // selects reports whether f narrows the selection (Limit does not).
 func (f DeadFilter) selects() bool {
-	return len(f.IDs) > 0 || f.Topic != "" || f.Key != "" || f.Reason != "" || f.Error != "" || !f.Since.IsZero()
+	return len(f.IDs) > 0 || f.Topic != "" || f.Key != "" || f.Reason != "" || f.Error != "" || !f.Since.IsZero() || f.Destination != ""
+}
+
+// ErrUnknownReason is returned for a DeadFilter.Reason that is none of
+// outbox.Reasons.
+var ErrUnknownReason = fmt.Errorf("unknown dead-letter reason; valid: %s", strings.Join(outbox.Reasons, ", "))
+
+// check refuses a filter that can match nothing by mistake.
+func (f DeadFilter) check() error {
+	if f.Reason != "" && !slices.Contains(outbox.Reasons, f.Reason) {
+		return fmt.Errorf("reason %q: %w", f.Reason, ErrUnknownReason)
+	}
+	return nil
 }
 
 // args returns the parameters of deadLettersMatch.
@@ -46,7 +66,7 @@ func (f DeadFilter) args() []any {
 	}
 	topic, topicPattern := topicParams(f.Topic)
 	return []any{ids, topic, topicPattern, nullString(f.Key), nullString(f.Reason),
-		containsPattern(f.Error), nullTime(f.Since), nullLimit(f.Limit)}
+		containsPattern(f.Error), nullTime(f.Since), nullLimit(f.Limit), nullString(f.Destination)}
 }
 
 // DeadLetter is a message that will not be delivered without an operator.
@@ -80,13 +100,13 @@ type DeadList struct {
 
 // ListDead returns the dead letters f selects, oldest first, without their
 // payloads.
-func ListDead(ctx context.Context, db DB, schema string, f DeadFilter) (*DeadList, error) {
-	if err := checkSchema(schema); err != nil {
+func (a *Admin) ListDead(ctx context.Context, f DeadFilter) (*DeadList, error) {
+	if err := f.check(); err != nil {
 		return nil, err
 	}
 	list := &DeadList{Letters: []DeadLetter{}}
-	err := inTx(ctx, db, readOnly, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, render(queryDeadLettersList, schema), f.args()...)
+	err := inTx(ctx, a.db, readOnly, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, a.sql(queryDeadLettersList), f.args()...)
 		if err != nil {
 			return fmt.Errorf("list dead letters: %w", err)
 		}
@@ -113,6 +133,11 @@ func ListDead(ctx context.Context, db DB, schema string, f DeadFilter) (*DeadLis
 // RetryDeadOptions selects the dead letters to retry.
 type RetryDeadOptions struct {
 	DeadFilter
+	// SetTopic, when set, re-routes the retried rows to this topic.
+	SetTopic string
+	// SetDestination, when set, re-routes the retried rows to this sink
+	// (DefaultSinkLabel: the default sink, destination null).
+	SetDestination string
 	// DryRun counts what would be retried and changes nothing.
 	DryRun bool
 }
@@ -149,9 +174,9 @@ type RetryDeadResult struct {
 // Dead letters whose idempotency key is pending or was delivered are left
 // where they are and counted. It returns ErrNoFilter when opts selects
 // nothing and All is not set.
-func RetryDead(ctx context.Context, db DB, schema string, opts RetryDeadOptions) (RetryDeadResult, error) {
+func (a *Admin) RetryDead(ctx context.Context, opts RetryDeadOptions) (RetryDeadResult, error) {
 	res := RetryDeadResult{DryRun: opts.DryRun}
-	if err := checkSchema(schema); err != nil {
+	if err := opts.check(); err != nil {
 		return res, err
 	}
 	if !opts.selects() && !opts.All {
@@ -161,8 +186,12 @@ func RetryDead(ctx context.Context, db DB, schema string, opts RetryDeadOptions)
 	if opts.DryRun {
 		q = queryDeadLettersRetryDry
 	}
-	err := inTx(ctx, db, mutation(opts.DryRun), func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, render(q, schema), opts.args()...).Scan(&res.Matched, &res.Retried, &res.DeliveredIDs)
+	err := inTx(ctx, a.db, mutation(opts.DryRun), func(tx pgx.Tx) error {
+		args := opts.args()
+		if !opts.DryRun {
+			args = append(args, nullString(opts.SetTopic), nullString(opts.SetDestination))
+		}
+		err := tx.QueryRow(ctx, a.sql(q), args...).Scan(&res.Matched, &res.Retried, &res.DeliveredIDs)
 		if err != nil {
 			return fmt.Errorf("retry dead letters: %w", err)
 		}
@@ -192,22 +221,22 @@ type PurgeDeadResult struct {
 
 // PurgeDead deletes the dead letters opts selects. It returns ErrNoFilter
 // when opts selects nothing and All is not set.
-func PurgeDead(ctx context.Context, db DB, schema string, opts PurgeDeadOptions) (PurgeDeadResult, error) {
+func (a *Admin) PurgeDead(ctx context.Context, opts PurgeDeadOptions) (PurgeDeadResult, error) {
 	res := PurgeDeadResult{DryRun: opts.DryRun}
-	if err := checkSchema(schema); err != nil {
+	if err := opts.check(); err != nil {
 		return res, err
 	}
 	if !opts.selects() && !opts.All {
 		return res, fmt.Errorf("purge dead letters: %w (set All to purge every dead letter)", ErrNoFilter)
 	}
-	err := inTx(ctx, db, mutation(opts.DryRun), func(tx pgx.Tx) error {
+	err := inTx(ctx, a.db, mutation(opts.DryRun), func(tx pgx.Tx) error {
 		if opts.DryRun {
-			if err := tx.QueryRow(ctx, render(queryDeadLettersPurgeDry, schema), opts.args()...).Scan(&res.Purged); err != nil {
+			if err := tx.QueryRow(ctx, a.sql(queryDeadLettersPurgeDry), opts.args()...).Scan(&res.Purged); err != nil {
 				return fmt.Errorf("count dead letters: %w", err)
 			}
 			return nil
 		}
-		tag, err := tx.Exec(ctx, render(queryDeadLettersPurge, schema), opts.args()...)
+		tag, err := tx.Exec(ctx, a.sql(queryDeadLettersPurge), opts.args()...)
 		if err != nil {
 			return fmt.Errorf("purge dead letters: %w", err)
 		}

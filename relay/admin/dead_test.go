@@ -2,18 +2,21 @@ package admin_test
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/admin"
 )
 
 func TestListDead_Filters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	a := insertDead(t, db, "orders.created", "order-1", "k1", "permanent", "nats: Maximum Payload exceeded")
 	b := insertDead(t, db, "orders.cancelled", "order-2", "k2", "exhausted", "after 25 attempts: 50% of replicas down")
 	c := insertDead(t, db, "orders_x", "order-1", "k3", "no_sink", `destination "kafka" is not a configured sink`)
@@ -42,7 +45,7 @@ func TestListDead_Filters(t *testing.T) {
 		{"limit", admin.DeadFilter{Limit: 2}, []int64{a, b}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			list, err := admin.ListDead(ctx, db.Pool, db.Name, tc.filter)
+			list, err := ops(t, db).ListDead(ctx, tc.filter)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -56,7 +59,7 @@ func TestListDead_Filters(t *testing.T) {
 		})
 	}
 
-	list, err := admin.ListDead(ctx, db.Pool, db.Name, admin.DeadFilter{Limit: 1})
+	list, err := ops(t, db).ListDead(ctx, admin.DeadFilter{Limit: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +79,7 @@ func TestListDead_Filters(t *testing.T) {
 func TestRetryDead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	plain := insertDead(t, db, "orders.created", "order-1", "plain", "exhausted", "timeout")
 	pending := insertDead(t, db, "orders.created", "order-2", "pending", "exhausted", "timeout")
 	insertPending(t, db, "orders.created", "order-2", "pending")
@@ -87,7 +90,7 @@ func TestRetryDead(t *testing.T) {
 	other := insertDead(t, db, "payments.done", "", "other", "permanent", "boom")
 
 	filter := admin.DeadFilter{Topic: "orders.%"}
-	dry, err := admin.RetryDead(ctx, db.Pool, db.Name, admin.RetryDeadOptions{DeadFilter: filter, DryRun: true})
+	dry, err := ops(t, db).RetryDead(ctx, admin.RetryDeadOptions{DeadFilter: filter, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +102,7 @@ func TestRetryDead(t *testing.T) {
 		t.Fatal("the dry run changed the tables")
 	}
 
-	res, err := admin.RetryDead(ctx, db.Pool, db.Name, admin.RetryDeadOptions{DeadFilter: filter})
+	res, err := ops(t, db).RetryDead(ctx, admin.RetryDeadOptions{DeadFilter: filter})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +162,7 @@ SELECT id, idempotency_key, key, topic, payload, headers->>'trace-id', destinati
 	}
 
 	// Nothing matches twice: a second retry finds only rows to skip.
-	res, err = admin.RetryDead(ctx, db.Pool, db.Name, admin.RetryDeadOptions{DeadFilter: filter})
+	res, err = ops(t, db).RetryDead(ctx, admin.RetryDeadOptions{DeadFilter: filter})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,9 +177,9 @@ func equalRetry(a, b admin.RetryDeadResult) bool {
 		slices.Equal(a.DeliveredIDs, b.DeliveredIDs)
 }
 
-func mustList(t *testing.T, db *testdb.Schema, f admin.DeadFilter) *admin.DeadList {
+func mustList(t *testing.T, db *dbtest.Schema, f admin.DeadFilter) *admin.DeadList {
 	t.Helper()
-	list, err := admin.ListDead(context.Background(), db.Pool, db.Name, f)
+	list, err := ops(t, db).ListDead(context.Background(), f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,11 +189,11 @@ func mustList(t *testing.T, db *testdb.Schema, f admin.DeadFilter) *admin.DeadLi
 func TestRetryDead_Limit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	first := insertDead(t, db, "a", "", "k1", "permanent", "boom")
 	insertDead(t, db, "a", "", "k2", "permanent", "boom")
 	insertDead(t, db, "a", "", "k3", "permanent", "boom")
-	res, err := admin.RetryDead(ctx, db.Pool, db.Name, admin.RetryDeadOptions{DeadFilter: admin.DeadFilter{All: true, Limit: 1}})
+	res, err := ops(t, db).RetryDead(ctx, admin.RetryDeadOptions{DeadFilter: admin.DeadFilter{All: true, Limit: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,13 +208,13 @@ func TestRetryDead_Limit(t *testing.T) {
 func TestPurgeDead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	insertDead(t, db, "a", "", "k1", "permanent", "boom")
 	insertDead(t, db, "a", "", "k2", "exhausted", "timeout")
 	insertDead(t, db, "a", "", "k3", "exhausted", "Timeout")
 
 	opts := admin.PurgeDeadOptions{DeadFilter: admin.DeadFilter{Error: "timeout"}, DryRun: true}
-	res, err := admin.PurgeDead(ctx, db.Pool, db.Name, opts)
+	res, err := ops(t, db).PurgeDead(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +222,7 @@ func TestPurgeDead(t *testing.T) {
 		t.Errorf("dry run: %+v, %d dead letters left; want 2 to purge and 3 left", res, db.Count(t, "dead_letters"))
 	}
 	opts.DryRun = false
-	res, err = admin.PurgeDead(ctx, db.Pool, db.Name, opts)
+	res, err = ops(t, db).PurgeDead(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,5 +231,50 @@ func TestPurgeDead(t *testing.T) {
 	}
 	if got := column(t, db, "dead_letters", "idempotency_key"); !slices.Equal(got, []string{"k1"}) {
 		t.Errorf("dead letters left: %v, want k1", got)
+	}
+}
+
+func TestRetryDead_UndoesACancelAndReroutes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	a := ops(t, db)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key, idempotency_key, available_at) VALUES
+	            ('orders.later', 'x', 'k1', 'later', now() + interval '1 hour'),
+	            ('orders.now', 'x', 'k2', 'now', now())`)
+	if _, err := a.Cancel(ctx, admin.CancelOptions{Topic: "orders.%"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.RetryDead(ctx, admin.RetryDeadOptions{DeadFilter: admin.DeadFilter{Reason: outbox.ReasonCancelled, Key: "k1"}}); err != nil {
+		t.Fatal(err)
+	}
+	var delayed bool
+	if err := db.Pool.QueryRow(ctx, "SELECT available_at > now() + interval '50 minutes' FROM "+db.Table("messages")+" WHERE idempotency_key = 'later'").Scan(&delayed); err != nil || !delayed {
+		t.Errorf("a row cancelled while delayed by an hour came back delayed=%v (%v): want it still delayed", delayed, err)
+	}
+
+	// Re-route the other one: a typo in its destination and topic.
+	db.Exec(t, `UPDATE %s.dead_letters SET destination = 'kafak', reason = 'no_sink' WHERE idempotency_key = 'now'`)
+	if _, err := a.ListDead(ctx, admin.DeadFilter{Reason: "nosink"}); !errors.Is(err, admin.ErrUnknownReason) ||
+		!strings.Contains(err.Error(), "no_sink") {
+		t.Errorf("an unknown reason: %v, want ErrUnknownReason listing the valid ones", err)
+	}
+	list, err := a.ListDead(ctx, admin.DeadFilter{Destination: "kafak"})
+	if err != nil || list.Matched != 1 {
+		t.Fatalf("dead letters for destination kafak: %+v, %v", list, err)
+	}
+	dry, err := a.RetryDead(ctx, admin.RetryDeadOptions{DeadFilter: admin.DeadFilter{Destination: "kafak"}, SetDestination: "kafka", SetTopic: "orders.paid", DryRun: true})
+	if err != nil || dry.Retried != 1 || db.Count(t, "dead_letters") != 1 {
+		t.Fatalf("dry run: %+v, %v", dry, err)
+	}
+	if _, err := a.RetryDead(ctx, admin.RetryDeadOptions{DeadFilter: admin.DeadFilter{Destination: "kafak"}, SetDestination: "kafka", SetTopic: "orders.paid"}); err != nil {
+		t.Fatal(err)
+	}
+	var topic, destination string
+	if err := db.Pool.QueryRow(ctx, "SELECT topic, destination FROM "+db.Table("messages")+" WHERE idempotency_key = 'now'").Scan(&topic, &destination); err != nil {
+		t.Fatal(err)
+	}
+	if topic != "orders.paid" || destination != "kafka" {
+		t.Errorf("re-routed to %s on %s, want orders.paid on kafka", topic, destination)
 	}
 }

@@ -92,11 +92,8 @@ type ReplayResult struct {
 //
 // Events whose key is pending in the hot table are skipped and counted. It
 // returns ErrNoFilter when opts selects nothing and All is not set.
-func Replay(ctx context.Context, db DB, schema string, opts ReplayOptions) (ReplayResult, error) {
+func (a *Admin) Replay(ctx context.Context, opts ReplayOptions) (ReplayResult, error) {
 	res := ReplayResult{DryRun: opts.DryRun, NewKeys: opts.NewKeys}
-	if err := checkSchema(schema); err != nil {
-		return res, err
-	}
 	if !opts.selects() && !opts.All {
 		return res, fmt.Errorf("replay: %w (set All to replay the whole archive)", ErrNoFilter)
 	}
@@ -107,8 +104,8 @@ func Replay(ctx context.Context, db DB, schema string, opts ReplayOptions) (Repl
 	if opts.DryRun {
 		q = queryArchiveReplayDry
 	}
-	err := inTx(ctx, db, mutation(opts.DryRun), func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, render(q, schema), opts.args()...).
+	err := inTx(ctx, a.db, mutation(opts.DryRun), func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, a.sql(q), opts.args()...).
 			Scan(&res.Matched, &res.Events, &res.SkippedPending, &res.Replayed, &res.ForgottenKeys)
 		if err != nil {
 			return fmt.Errorf("replay archived rows: %w", err)

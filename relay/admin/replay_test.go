@@ -6,19 +6,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/relay/admin"
 	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
 
 // replayFixture archives, on topic orders.*: "old" delivered two hours
 // ago, "recent" and "pending" delivered a minute ago ("pending" is in the
 // hot table again), "dup" archived as a duplicate; and "other" on another
 // topic.
-func replayFixture(t *testing.T) *testdb.Schema {
+func replayFixture(t *testing.T) *dbtest.Schema {
 	t.Helper()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	insertArchived(t, db, "orders.created", "order-1", "old", 2*time.Hour, false)
 	insertArchived(t, db, "orders.created", "order-1", "recent", time.Minute, false)
 	insertArchived(t, db, "orders.created", "order-2", "pending", time.Minute, false)
@@ -33,7 +35,7 @@ func TestReplay_OriginalKeys(t *testing.T) {
 	ctx := context.Background()
 	db := replayFixture(t)
 	opts := admin.ReplayOptions{Topic: "orders.%", DryRun: true}
-	dry, err := admin.Replay(ctx, db.Pool, db.Name, opts)
+	dry, err := ops(t, db).Replay(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +48,7 @@ func TestReplay_OriginalKeys(t *testing.T) {
 	}
 
 	opts.DryRun = false
-	res, err := admin.Replay(ctx, db.Pool, db.Name, opts)
+	res, err := ops(t, db).Replay(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +83,7 @@ func TestReplay_NewKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := replayFixture(t)
-	res, err := admin.Replay(ctx, db.Pool, db.Name, admin.ReplayOptions{Topic: "orders.created", NewKeys: true})
+	res, err := ops(t, db).Replay(ctx, admin.ReplayOptions{Topic: "orders.created", NewKeys: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +137,7 @@ func TestReplay_TimeRangeAndKey(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opts.DryRun = true
-			res, err := admin.Replay(ctx, db.Pool, db.Name, tc.opts)
+			res, err := ops(t, db).Replay(ctx, tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,14 +151,14 @@ func TestReplay_TimeRangeAndKey(t *testing.T) {
 func TestReplay_OneEventPerKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	// One event delivered twice (replayed once already); the latest
 	// delivery is replayed.
 	insertArchived(t, db, "a", "", "k", 2*time.Hour, false)
 	insertArchived(t, db, "a", "", "k", time.Hour, false)
 	db.Exec(t, `UPDATE %s.archive SET payload = 'latest' WHERE delivered_at > now() - interval '90 minutes'`)
 	for _, newKeys := range []bool{true, false} {
-		res, err := admin.Replay(ctx, db.Pool, db.Name, admin.ReplayOptions{All: true, NewKeys: newKeys})
+		res, err := ops(t, db).Replay(ctx, admin.ReplayOptions{All: true, NewKeys: newKeys})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,10 +177,10 @@ func TestReplay_OneEventPerKey(t *testing.T) {
 func TestReplay_RelaySendsOriginalKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	insertArchived(t, db, "orders.created", "", "replayed", time.Minute, false)
 	insertArchived(t, db, "orders.other", "", "copied", time.Minute, false)
-	res, err := admin.Replay(ctx, db.Pool, db.Name, admin.ReplayOptions{Topic: "orders.created"})
+	res, err := ops(t, db).Replay(ctx, admin.ReplayOptions{Topic: "orders.created"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,10 +189,10 @@ func TestReplay_RelaySendsOriginalKeys(t *testing.T) {
 	}
 	insertPending(t, db, "orders.other", "", "copied")
 
-	sink := &recordingSink{}
+	sink := &sinktest.Memory{}
 	startRelay(t, db, relay.Config{Sinks: map[string]sinks.Sink{"nats": sink}})
-	waitFor(t, 10*time.Second, "the hot table to drain", func() bool { return db.Count(t, "messages") == 0 })
-	if got := sink.sent(); !slices.Equal(got, []string{"replayed"}) {
+	waitfor.Condition(t, 10*time.Second, "the hot table to drain", func() bool { return db.Count(t, "messages") == 0 })
+	if got := slices.Sorted(slices.Values(sink.Keys())); !slices.Equal(got, []string{"replayed"}) {
 		t.Errorf("sent %v, want the replay only (the copy's key is still recorded as delivered)", got)
 	}
 	archive := column(t, db, "archive", "idempotency_key || ':' || duplicate")

@@ -3,7 +3,7 @@ package admin
 import (
 	"fmt"
 
-	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // Every statement the operations run. %[1]s is the quoted schema; render
@@ -22,25 +22,73 @@ import (
 // for null) in one scan, with the relay's definitions: in flight while a
 // lease runs, due when available and not leased, in backoff when a failed
 // row waits for its retry, delayed when a row that was never tried waits
-// for its available_at.
+// for its available_at. When $2 (ordered mode), a keyed row behind an older
+// row of its key is waiting, not due.
 const queryMessagesStatus = `
 SELECT coalesce(destination, $1),
        count(*),
-       count(*) FILTER (WHERE due),
-       min(available_at) FILTER (WHERE due),
+       count(*) FILTER (WHERE due AND NOT waiting),
+       min(available_at) FILTER (WHERE due AND NOT waiting),
        count(*) FILTER (WHERE in_flight),
        count(*) FILTER (WHERE backoff),
        min(available_at) FILTER (WHERE backoff),
-       count(*) FILTER (WHERE delayed),
-       min(available_at) FILTER (WHERE delayed)
+       count(*) FILTER (WHERE delayed AND NOT waiting),
+       min(available_at) FILTER (WHERE delayed AND NOT waiting),
+       count(*) FILTER (WHERE waiting)
   FROM (SELECT destination, available_at,
                available_at <= now() AND (leased_until IS NULL OR leased_until <= now()) AS due,
                leased_until > now() AS in_flight,
                available_at > now() AND leased_by IS NULL AND attempts > 0 AS backoff,
-               available_at > now() AND attempts = 0 AS delayed
+               available_at > now() AND attempts = 0 AS delayed,
+               $2 AND key IS NOT NULL AND id <> min(id) OVER (PARTITION BY key) AND attempts = 0 AS waiting
           FROM %[1]s.messages) AS m
  GROUP BY 1
  ORDER BY 1`
+
+// queryBackoffByError groups the rows waiting for a retry by their last
+// error, the $1 most frequent first, with the earliest retry of each.
+const queryBackoffByError = `
+SELECT coalesce(last_error, ''), count(*), min(available_at)
+  FROM %[1]s.messages
+ WHERE available_at > now() AND leased_by IS NULL AND attempts > 0
+ GROUP BY 1
+ ORDER BY 2 DESC, 3
+ LIMIT $1`
+
+// queryDeliveredPerMinute counts the rows archived in each of the last $1
+// minutes (this one included), delivered and deduplicated apart.
+const queryDeliveredPerMinute = `
+SELECT m.minute,
+       count(a.delivered_at) FILTER (WHERE NOT a.duplicate),
+       count(a.delivered_at) FILTER (WHERE a.duplicate)
+  FROM generate_series(date_trunc('minute', now()) - ($1 - 1) * interval '1 minute', date_trunc('minute', now()), interval '1 minute') AS m(minute)
+  LEFT JOIN %[1]s.archive AS a
+    ON a.delivered_at >= m.minute AND a.delivered_at < m.minute + interval '1 minute'
+ GROUP BY 1
+ ORDER BY 1`
+
+// queryRelayMode returns the schema's mode and when it last changed.
+const queryRelayMode = `SELECT mode, changed_at, coalesce(changed_by, '') FROM %[1]s.relay_mode`
+
+// queryRelaysStatus lists the relays registered on the schema; a relay
+// seen within $1 is alive.
+const queryRelaysStatus = `
+SELECT id, version, mode, started_at, last_seen, last_seen > now() - $1::interval
+  FROM %[1]s.relays
+ ORDER BY last_seen > now() - $1::interval DESC, id`
+
+// queryBlockedKeys returns, in ordered mode, the $1 keys whose head (their
+// oldest row) has failed, oldest head first: the head's age, attempts, next
+// retry and last error, and the rows of the key.
+const queryBlockedKeys = `
+SELECT l.key, h.created_at, h.attempts, h.available_at, coalesce(h.leased_until > now(), false), coalesce(h.last_error, ''),
+       (SELECT count(*) FROM %[1]s.messages AS k WHERE k.key = l.key)
+  FROM %[1]s.lanes AS l,
+       LATERAL (SELECT m.created_at, m.attempts, m.available_at, m.leased_until, m.last_error
+                  FROM %[1]s.messages AS m WHERE m.key = l.key ORDER BY m.id LIMIT 1) AS h
+ WHERE h.attempts > 0 AND h.last_error IS NOT NULL
+ ORDER BY h.created_at
+ LIMIT $1`
 
 // queryMessagesLeases counts the rows in flight per relay.
 const queryMessagesLeases = `
@@ -83,7 +131,8 @@ SELECT (SELECT count(*) FROM %[1]s.archive), (SELECT count(*) FROM %[1]s.deliver
 
 // deadLettersMatch selects dead letters by the DeadFilter parameters: $1 ids,
 // $2 exact topic, $3 topic LIKE pattern, $4 key, $5 reason, $6 error ILIKE
-// pattern, $7 failed at or after, $8 limit (NULL: all), oldest first.
+// pattern, $7 failed at or after, $8 limit (NULL: all), $9 destination
+// (DefaultSinkLabel for none), oldest first.
 const deadLettersMatch = `
   FROM %[1]s.dead_letters AS d
  WHERE ($1::bigint[] IS NULL OR d.id = ANY ($1))
@@ -93,6 +142,7 @@ const deadLettersMatch = `
    AND ($5::text IS NULL OR d.reason = $5)
    AND ($6::text IS NULL OR d.error ILIKE $6)
    AND ($7::timestamptz IS NULL OR d.failed_at >= $7)
+   AND ($9::text IS NULL OR d.destination = $9 OR ($9 = '` + DefaultSinkLabel + `' AND d.destination IS NULL))
  ORDER BY d.id
  LIMIT $8`
 
@@ -122,9 +172,11 @@ const deadLettersJudge = `
 )`
 
 // queryDeadLettersRetry moves the matching dead letters that can go back to
-// the hot table as new rows: a new id, attempts 0, due now, no lease and no
-// last error, with their payload, headers, keys, destination and original
-// created_at. ON CONFLICT covers a row with the same key inserted since the
+// the hot table as new rows: a new id, attempts 0, due now (a cancelled row
+// whose available_at is still ahead keeps it), no lease and no last error,
+// with their payload, headers, keys and original created_at, and their topic
+// and destination unless $10 (topic) or $11 (destination; DefaultSinkLabel
+// for none) re-route them. ON CONFLICT covers a row with the same key inserted since the
 // judgement; only dead letters whose row was inserted are deleted. It
 // returns the number matched, the number moved, and the ids of those left
 // because their key was delivered.
@@ -133,7 +185,10 @@ WITH picked AS (
     SELECT d.id, d.idempotency_key` + deadLettersMatch + `
        FOR UPDATE SKIP LOCKED` + deadLettersJudge + `, moved AS (
     INSERT INTO %[1]s.messages (topic, payload, key, headers, idempotency_key, destination, available_at, created_at)
-    SELECT d.topic, d.payload, d.key, d.headers, d.idempotency_key, d.destination, now(), d.created_at
+    SELECT coalesce($10::text, d.topic), d.payload, d.key, d.headers, d.idempotency_key,
+           CASE WHEN $11::text IS NULL THEN d.destination WHEN $11 = '` + DefaultSinkLabel + `' THEN NULL ELSE $11 END,
+           CASE WHEN d.reason = 'cancelled' AND d.available_at > now() THEN d.available_at ELSE now() END,
+           d.created_at
       FROM judged AS j
       JOIN %[1]s.dead_letters AS d ON d.id = j.id
      WHERE j.verdict = 'retry'
@@ -274,13 +329,18 @@ WITH matched AS (
      USING picked
      WHERE m.id = picked.id
     RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
-              m.created_at, m.attempts
+              m.created_at, m.attempts, m.available_at
 ), dead AS (
     INSERT INTO %[1]s.dead_letters (id, topic, payload, key, headers, idempotency_key, destination,
-                                    created_at, attempts, reason, error)
-    SELECT id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, $4::text, $5::text
+                                    created_at, attempts, reason, error, available_at)
+    SELECT id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, $4::text, $5::text, available_at
       FROM cancelled
     RETURNING 1
+), lanes_due AS (
+    -- Ordered mode: a cancelled head may have held its lane back (in
+    -- backoff); the key's next row is its head now.
+    UPDATE %[1]s.lanes AS l SET available_at = now()
+     WHERE l.key IN (SELECT key FROM cancelled WHERE key IS NOT NULL)
 )
 SELECT (SELECT n FROM matched), (SELECT count(*) FROM dead)`
 
@@ -290,5 +350,5 @@ SELECT count(*), count(*) FILTER (WHERE m.leased_until > now())` + messagesCance
 
 // render returns q for schema, which must be valid.
 func render(q, schema string) string {
-	return fmt.Sprintf(q, migrations.Quote(schema))
+	return fmt.Sprintf(q, outbox.QuoteSchema(schema))
 }

@@ -10,9 +10,17 @@ import (
 
 // Defaults for StatusOptions.
 const (
-	DefaultSinkLabel = "(default)"
-	TopErrorsDefault = 5
+	DefaultSinkLabel   = "(default)"
+	TopErrorsDefault   = 5
+	BlockedKeysDefault = 10
 )
+
+// deliveredMinutes is how many minutes DeliveredPerMinute covers.
+const deliveredMinutes = 5
+
+// relayAliveFor is how recently a relay must have been seen to count as
+// alive: three of its heartbeats (every 10 seconds).
+const relayAliveFor = 30 * time.Second
 
 // StatusOptions configures Status. Zero values take the documented defaults.
 type StatusOptions struct {
@@ -22,6 +30,9 @@ type StatusOptions struct {
 	// TopErrors is how many of the most frequent dead-letter errors to
 	// return. Default TopErrorsDefault.
 	TopErrors int
+	// BlockedKeys is how many blocked keys (ordered mode) to list.
+	// Default BlockedKeysDefault.
+	BlockedKeys int
 	// ExactCounts counts the archive and delivered_keys rows with full
 	// scans. By default their row counts are the statistics system's
 	// running estimates (n_live_tup), which cost nothing however large the
@@ -35,6 +46,22 @@ type StatusReport struct {
 	// At is the database's clock when the snapshot was taken; ages are
 	// measured from it.
 	At time.Time `json:"at"`
+	// Mode is the delivery mode of the schema's relays (unordered,
+	// ordered), ModeChangedAt when it was last switched and by which relay.
+	Mode          string    `json:"mode"`
+	ModeChangedAt time.Time `json:"mode_changed_at"`
+	ModeChangedBy string    `json:"mode_changed_by,omitempty"`
+	// Relays lists the relays registered on the schema, alive ones first.
+	Relays []RelayStatus `json:"relays"`
+	// BlockedKeys lists, in ordered mode, the keys held up by a failing
+	// head, oldest head first.
+	BlockedKeys []BlockedKey `json:"blocked_keys"`
+	// BackoffByError groups the rows waiting for a retry by their last
+	// error, the most frequent first: why rows are not moving.
+	BackoffByError []BackoffGroup `json:"backoff_by_error"`
+	// DeliveredPerMinute counts the rows archived in each of the last
+	// minutes, oldest first: how fast the relays move now.
+	DeliveredPerMinute []MinuteCount `json:"delivered_per_minute"`
 	// Destinations summarises the hot table per destination, null shown as
 	// StatusOptions.DefaultSink.
 	Destinations []DestinationStatus `json:"destinations"`
@@ -68,6 +95,52 @@ type DestinationStatus struct {
 	Delayed     int64      `json:"delayed"`
 	// NextDelayedAt is the earliest available_at among delayed rows.
 	NextDelayedAt *time.Time `json:"next_delayed_at,omitempty"`
+	// Waiting counts, in ordered mode, the rows that wait for an older row
+	// of their key (not due, whatever their available_at).
+	Waiting int64 `json:"waiting"`
+}
+
+// BackoffGroup counts the rows in backoff that failed with one error.
+type BackoffGroup struct {
+	Error string `json:"error"`
+	Count int64  `json:"count"`
+	// NextRetryAt is the earliest retry among them.
+	NextRetryAt time.Time `json:"next_retry_at"`
+}
+
+// MinuteCount is what the relays archived in one minute.
+type MinuteCount struct {
+	Minute       time.Time `json:"minute"`
+	Delivered    int64     `json:"delivered"`
+	Deduplicated int64     `json:"deduplicated"`
+}
+
+// RelayStatus is a relay registered on the schema.
+type RelayStatus struct {
+	ID        string    `json:"id"`
+	Version   string    `json:"version"`
+	Mode      string    `json:"mode"`
+	StartedAt time.Time `json:"started_at"`
+	LastSeen  time.Time `json:"last_seen"`
+	// Alive is set when the relay was seen within 30 seconds (it records a
+	// heartbeat every 10).
+	Alive bool `json:"alive"`
+}
+
+// BlockedKey is a key whose head (its oldest row) failed and holds up the
+// key's other rows (ordered mode).
+type BlockedKey struct {
+	Key string `json:"key"`
+	// HeadCreatedAt is when the head was written.
+	HeadCreatedAt time.Time `json:"head_created_at"`
+	Attempts      int       `json:"attempts"`
+	// NextAttemptAt is when the head is retried; InFlight is set while a
+	// retry is under way.
+	NextAttemptAt time.Time `json:"next_attempt_at"`
+	InFlight      bool      `json:"in_flight"`
+	LastError     string    `json:"last_error"`
+	// Rows counts the key's rows, the head included.
+	Rows int64 `json:"rows"`
 }
 
 // LeaseStatus counts the rows one relay holds in flight.
@@ -125,6 +198,7 @@ func (s *StatusReport) Total() DestinationStatus {
 		t.InFlight += d.InFlight
 		t.Backoff += d.Backoff
 		t.Delayed += d.Delayed
+		t.Waiting += d.Waiting
 		t.OldestDueAt = earliest(t.OldestDueAt, d.OldestDueAt)
 		t.NextRetryAt = earliest(t.NextRetryAt, d.NextRetryAt)
 		t.NextDelayedAt = earliest(t.NextDelayedAt, d.NextDelayedAt)
@@ -144,35 +218,82 @@ func earliest(a, b *time.Time) *time.Time {
 // queries in one read-only transaction and one round trip. The hot table
 // and the dead letters are scanned; the archive and delivered_keys are not,
 // unless opts.ExactCounts.
-func Status(ctx context.Context, db DB, schema string, opts StatusOptions) (*StatusReport, error) {
-	if err := checkSchema(schema); err != nil {
-		return nil, err
-	}
+func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, error) {
 	if opts.DefaultSink == "" {
 		opts.DefaultSink = DefaultSinkLabel
 	}
 	if opts.TopErrors <= 0 {
 		opts.TopErrors = TopErrorsDefault
 	}
+	if opts.BlockedKeys <= 0 {
+		opts.BlockedKeys = BlockedKeysDefault
+	}
 	st := &StatusReport{Destinations: []DestinationStatus{}, Leases: []LeaseStatus{}, Tables: []TableStatus{},
+		Relays: []RelayStatus{}, BlockedKeys: []BlockedKey{}, BackoffByError: []BackoffGroup{}, DeliveredPerMinute: []MinuteCount{},
 		DeadLetters: DeadLetterStatus{ByReason: []CountSince{}, TopErrors: []CountSince{}}}
-	err := inTx(ctx, db, readOnly, func(tx pgx.Tx) error {
+	err := inTx(ctx, a.db, readOnly, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&st.At); err != nil {
+			return fmt.Errorf("read status: %w", err)
+		}
+		if err := tx.QueryRow(ctx, a.sql(queryRelayMode)).Scan(&st.Mode, &st.ModeChangedAt, &st.ModeChangedBy); err != nil {
+			return fmt.Errorf("read the schema's mode: %w", err)
+		}
+		ordered := st.Mode == "ordered"
 		b := &pgx.Batch{}
-		b.Queue("SELECT now()").QueryRow(func(row pgx.Row) error {
-			return row.Scan(&st.At)
+		b.Queue(a.sql(queryRelaysStatus), relayAliveFor).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var r RelayStatus
+				if err := rows.Scan(&r.ID, &r.Version, &r.Mode, &r.StartedAt, &r.LastSeen, &r.Alive); err != nil {
+					return fmt.Errorf("read relays: %w", err)
+				}
+				st.Relays = append(st.Relays, r)
+			}
+			return rows.Err()
 		})
-		b.Queue(render(queryMessagesStatus, schema), opts.DefaultSink).Query(func(rows pgx.Rows) error {
+		b.Queue(a.sql(queryBackoffByError), opts.TopErrors).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var g BackoffGroup
+				if err := rows.Scan(&g.Error, &g.Count, &g.NextRetryAt); err != nil {
+					return fmt.Errorf("read backoff by error: %w", err)
+				}
+				st.BackoffByError = append(st.BackoffByError, g)
+			}
+			return rows.Err()
+		})
+		b.Queue(a.sql(queryDeliveredPerMinute), deliveredMinutes).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var m MinuteCount
+				if err := rows.Scan(&m.Minute, &m.Delivered, &m.Deduplicated); err != nil {
+					return fmt.Errorf("read deliveries per minute: %w", err)
+				}
+				st.DeliveredPerMinute = append(st.DeliveredPerMinute, m)
+			}
+			return rows.Err()
+		})
+		if ordered {
+			b.Queue(a.sql(queryBlockedKeys), opts.BlockedKeys).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					var k BlockedKey
+					if err := rows.Scan(&k.Key, &k.HeadCreatedAt, &k.Attempts, &k.NextAttemptAt, &k.InFlight, &k.LastError, &k.Rows); err != nil {
+						return fmt.Errorf("read blocked keys: %w", err)
+					}
+					st.BlockedKeys = append(st.BlockedKeys, k)
+				}
+				return rows.Err()
+			})
+		}
+		b.Queue(a.sql(queryMessagesStatus), opts.DefaultSink, ordered).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var d DestinationStatus
 				if err := rows.Scan(&d.Destination, &d.Pending, &d.Due, &d.OldestDueAt, &d.InFlight,
-					&d.Backoff, &d.NextRetryAt, &d.Delayed, &d.NextDelayedAt); err != nil {
+					&d.Backoff, &d.NextRetryAt, &d.Delayed, &d.NextDelayedAt, &d.Waiting); err != nil {
 					return fmt.Errorf("read hot table summary: %w", err)
 				}
 				st.Destinations = append(st.Destinations, d)
 			}
 			return rows.Err()
 		})
-		b.Queue(render(queryMessagesLeases, schema)).Query(func(rows pgx.Rows) error {
+		b.Queue(a.sql(queryMessagesLeases)).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var l LeaseStatus
 				if err := rows.Scan(&l.RelayID, &l.Rows, &l.EarliestLeaseEnd, &l.LatestLeaseEnd); err != nil {
@@ -182,7 +303,7 @@ func Status(ctx context.Context, db DB, schema string, opts StatusOptions) (*Sta
 			}
 			return rows.Err()
 		})
-		b.Queue(render(queryDeadLettersByReason, schema)).Query(func(rows pgx.Rows) error {
+		b.Queue(a.sql(queryDeadLettersByReason)).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var c CountSince
 				if err := rows.Scan(&c.Value, &c.Count, &c.LastFailedAt); err != nil {
@@ -193,7 +314,7 @@ func Status(ctx context.Context, db DB, schema string, opts StatusOptions) (*Sta
 			}
 			return rows.Err()
 		})
-		b.Queue(render(queryDeadLettersTopErrors, schema), opts.TopErrors).Query(func(rows pgx.Rows) error {
+		b.Queue(a.sql(queryDeadLettersTopErrors), opts.TopErrors).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var c CountSince
 				if err := rows.Scan(&c.Value, &c.Count, &c.LastFailedAt); err != nil {
@@ -203,7 +324,7 @@ func Status(ctx context.Context, db DB, schema string, opts StatusOptions) (*Sta
 			}
 			return rows.Err()
 		})
-		b.Queue(queryTablesStatus, schema).Query(func(rows pgx.Rows) error {
+		b.Queue(queryTablesStatus, a.schema).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var t TableStatus
 				if err := rows.Scan(&t.Table, &t.TotalBytes, &t.LiveTuples, &t.DeadTuples, &t.LastVacuum, &t.LastAutovacuum); err != nil {
@@ -216,7 +337,7 @@ func Status(ctx context.Context, db DB, schema string, opts StatusOptions) (*Sta
 		})
 		var archiveRows, keyRows *int64
 		if opts.ExactCounts {
-			b.Queue(render(queryArchiveCountExact, schema)).QueryRow(func(row pgx.Row) error {
+			b.Queue(a.sql(queryArchiveCountExact)).QueryRow(func(row pgx.Row) error {
 				return row.Scan(&archiveRows, &keyRows)
 			})
 		}

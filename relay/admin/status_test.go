@@ -5,17 +5,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/testdb"
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/relay/admin"
 )
 
 func TestStatus(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	// Default sink: two due rows (one 10 minutes old), one in flight, one
 	// in backoff, one delayed. Destination webhook: one due row.
-	db.Exec(t, `
+	db.ExecAsRelay(t, `
 INSERT INTO %s.messages (topic, payload, destination, available_at, attempts, leased_by, leased_until) VALUES
     ('a', 'x', NULL,      now() - interval '10 minutes', 0, NULL,      NULL),
     ('a', 'x', NULL,      now(),                         1, 'relay-1', now() - interval '1 second'),
@@ -30,7 +30,7 @@ INSERT INTO %s.messages (topic, payload, destination, available_at, attempts, le
 	insertArchived(t, db, "a", "", "a2", time.Minute, false)
 	insertArchived(t, db, "a", "", "a1", time.Second, true)
 
-	st, err := admin.Status(ctx, db.Pool, db.Name, admin.StatusOptions{DefaultSink: "nats", ExactCounts: true})
+	st, err := ops(t, db).Status(ctx, admin.StatusOptions{DefaultSink: "nats", ExactCounts: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ INSERT INTO %s.messages (topic, payload, destination, available_at, attempts, le
 	}
 
 	// Without ExactCounts the archive and delivered_keys are estimated.
-	st, err = admin.Status(ctx, db.Pool, db.Name, admin.StatusOptions{TopErrors: 1})
+	st, err = ops(t, db).Status(ctx, admin.StatusOptions{TopErrors: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,12 +94,42 @@ INSERT INTO %s.messages (topic, payload, destination, available_at, attempts, le
 
 func TestStatus_EmptySchema(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	st, err := admin.Status(context.Background(), db.Pool, db.Name, admin.StatusOptions{})
+	db := dbtest.New(t)
+	st, err := ops(t, db).Status(context.Background(), admin.StatusOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(st.Destinations) != 0 || len(st.Leases) != 0 || st.DeadLetters.Total != 0 || len(st.Tables) != 4 {
 		t.Errorf("empty schema: %+v", st)
+	}
+}
+
+func TestStatus_OrderedModeShowsRelaysBlockedKeysAndWaitingRows(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	db.Exec(t, `UPDATE %s.relay_mode SET mode = 'ordered'`)
+	db.Exec(t, `INSERT INTO %s.relays (id, version, mode, last_seen) VALUES
+	            ('relay-a', 'v1', 'ordered', now()), ('relay-gone', 'v0', 'ordered', now() - interval '5 minutes')`)
+	// Key k: a head that failed twice, in backoff, with 3 rows behind it;
+	// key j: a fresh head and one row behind; one row without a key.
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES
+	            ('t', 'x', 'k'), ('t', 'x', 'k'), ('t', 'x', 'k'), ('t', 'x', 'k'), ('t', 'x', 'j'), ('t', 'x', 'j'), ('t', 'x', NULL)`)
+	db.Exec(t, `UPDATE %s.messages SET attempts = 2, last_error = 'webhook responded 503', available_at = now() + interval '1 minute'
+	            WHERE id = (SELECT min(id) FROM %s.messages WHERE key = 'k')`)
+	st, err := ops(t, db).Status(context.Background(), admin.StatusOptions{DefaultSink: "webhook"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode != "ordered" || len(st.Relays) != 2 || !st.Relays[0].Alive || st.Relays[0].ID != "relay-a" || st.Relays[1].Alive {
+		t.Errorf("mode %q, relays %+v", st.Mode, st.Relays)
+	}
+	if len(st.BlockedKeys) != 1 || st.BlockedKeys[0].Key != "k" || st.BlockedKeys[0].Attempts != 2 ||
+		st.BlockedKeys[0].LastError != "webhook responded 503" || st.BlockedKeys[0].Rows != 4 {
+		t.Errorf("blocked keys %+v, want k with 2 attempts, its error and 4 rows", st.BlockedKeys)
+	}
+	total := st.Total()
+	if total.Waiting != 4 || total.Due != 2 || total.Backoff != 1 {
+		t.Errorf("waiting %d, due %d, backoff %d; want 4 rows waiting on their keys, 2 due (j's head, the unkeyed row), 1 in backoff",
+			total.Waiting, total.Due, total.Backoff)
 	}
 }

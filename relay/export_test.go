@@ -1,0 +1,4 @@
+package relay
+
+// NotifyChannel exposes notifyChannel to the external tests.
+var NotifyChannel = notifyChannel

@@ -1,0 +1,124 @@
+package relay_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/relay"
+)
+
+// Rows are untrusted input: one producer's mistake or malice in a row must
+// not stop, strand or misroute any other row.
+
+func TestHostile_ProducersCannotWriteTheRelaysColumns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	start(t, b, cfg)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, attempts, claim_seq, leased_by, leased_until, last_error, created_at)
+	              VALUES ('events.a', 'x', 'meddler', 2147483647, 2147483647, 'someone', 'infinity', 'forged', 'infinity')`)
+	relaytest.InsertRows(t, b.db, 20, "events.a")
+	relaytest.WaitDrained(t, b.db, 20*time.Second)
+	var attempts int
+	var createdAt time.Time
+	if err := b.db.Pool.QueryRow(context.Background(), "SELECT attempts, created_at FROM "+b.db.Table("archive")+" WHERE idempotency_key = 'meddler'").
+		Scan(&attempts, &createdAt); err != nil {
+		t.Fatalf("the meddling row was not delivered: %v", err)
+	}
+	if attempts != 1 || time.Since(createdAt) > time.Minute {
+		t.Errorf("archived with attempts %d, created_at %s: want 1 and the insert time", attempts, createdAt)
+	}
+	relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, 21)
+}
+
+func TestHostile_KeysThatCannotTravelAreRefusedAtInsert(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tc := range []struct{ sql, want string }{
+		{`INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('t', 'x', E'a\r\nX-Injected: 1')`, "idempotency_key"},
+		{`INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('t', 'x', repeat('k', 201))`, "idempotency_key"},
+		{`INSERT INTO %s.messages (topic, payload, key) VALUES ('t', 'x', E'order\n42')`, "key must be"},
+		{`INSERT INTO %s.messages (topic, payload, available_at) VALUES ('t', 'x', 'infinity')`, "available_at"},
+	} {
+		_, err := b.db.Pool.Exec(context.Background(), strings.ReplaceAll(tc.sql, "%s", `"`+b.db.Name+`"`))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a refusal naming %s", tc.sql, err, tc.want)
+		}
+	}
+	if n := b.db.Count(t, "messages"); n != 0 {
+		t.Errorf("%d rows were accepted", n)
+	}
+}
+
+// TestHostile_RowsThatSkippedTheGuardStopNothing writes hostile values with
+// the insert guard skipped (a session with session_replication_role =
+// replica, a restore, an old row): the claims survive, the others flow.
+func TestHostile_RowsThatSkippedTheGuardStopNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	cfg.MaxAttempts = 3
+	b.db.ExecAsRelay(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, attempts, claim_seq, leased_by, leased_until, created_at) VALUES
+	    ('events.a', 'x', 'max-attempts', 2147483647, 0, NULL, NULL, now()),
+	    ('events.a', 'x', 'max-seq', 0, 2147483647, NULL, NULL, now()),
+	    ('events.a', 'x', 'endless-lease', 1, 1, 'nobody', 'infinity', now()),
+	    ('events.a', 'x', 'timeless', 0, 0, NULL, NULL, 'infinity')`)
+	relaytest.InsertRows(t, b.db, 100, "events.a")
+	start(t, b, cfg)
+	relaytest.WaitDrained(t, b.db, 30*time.Second)
+	delivered := relaytest.Archive(t, b.db, "true")
+	for _, key := range []string{"max-seq", "endless-lease", "timeless"} {
+		if _, ok := delivered[key]; !ok {
+			t.Errorf("row %s was not delivered", key)
+		}
+	}
+	if got := len(delivered) + b.db.Count(t, "dead_letters"); got != 104 {
+		t.Errorf("%d rows delivered or dead-lettered, want all 104", got)
+	}
+	if n := testutil.ToFloat64(cfg.Metrics.ClaimErrors); n != 0 {
+		t.Errorf("%v claims failed", n)
+	}
+}
+
+func TestHostile_ClaimsThatKeepFailingMakeTheRelayNotReady(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	cfg.Lease = 2 * time.Second // claims give up after half a second behind a lock
+	r, err := relay.New(b.db.Pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitfor.Condition(t, 10*time.Second, "the relay to be ready", func() bool { return r.Ready(context.Background()) == nil })
+
+	// Someone holds the table: every claim fails.
+	conn := b.db.Conn(t)
+	tx, err := conn.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(context.Background(), "LOCK TABLE "+b.db.Table("messages")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Condition(t, 30*time.Second, "/readyz to say claims fail", func() bool {
+		err := r.Ready(context.Background())
+		return err != nil && strings.Contains(err.Error(), "claims have failed for")
+	})
+	if err := r.Ready(context.Background()); strings.Contains(err.Error(), "user=") || strings.Contains(err.Error(), b.db.Name+"`") {
+		t.Errorf("readiness names the database: %v", err)
+	}
+	if err := tx.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Condition(t, 30*time.Second, "the relay to be ready again", func() bool { return r.Ready(context.Background()) == nil })
+}

@@ -1,0 +1,146 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Modes a schema's relays run in (the relay_mode table). Every relay on a
+// schema must run the same mode: per-key order holds only if every claim of
+// a keyed row goes through its lane.
+const (
+	ModeUnordered = "unordered"
+	ModeOrdered   = "ordered"
+)
+
+// Relays record that they are alive every heartbeatInterval; a relay not
+// seen for aliveFor is taken for gone, and its row is deleted after
+// forgetAfter.
+const (
+	heartbeatInterval = 10 * time.Second
+	aliveFor          = 3 * heartbeatInterval
+	forgetAfter       = 24 * time.Hour
+)
+
+// ModeConflictError is returned by Run when relays that run another mode are
+// alive on the schema: the relay does not start.
+type ModeConflictError struct {
+	// Want is this relay's mode; Recorded is the schema's.
+	Want, Recorded string
+	// Alive names the relays alive in another mode, with their modes.
+	Alive []string
+}
+
+func (e *ModeConflictError) Error() string {
+	return fmt.Sprintf("this relay runs %s but the schema's relays run %s (alive: %s); every relay on a schema must run the same mode: "+
+		"stop them all to switch modes (the first relay to start then switches the schema), or start this one in %s mode",
+		e.Want, e.Recorded, strings.Join(e.Alive, ", "), e.Recorded)
+}
+
+// ModeChangedError is returned by Run when the schema's mode changed while
+// the relay ran (another relay switched it after this one stopped sending
+// heartbeats, say while it was paused): it stops rather than break order.
+type ModeChangedError struct{ Want, Recorded string }
+
+func (e *ModeChangedError) Error() string {
+	return fmt.Sprintf("the schema's mode changed to %s while this relay ran %s: stopping (every relay on a schema must run the same mode)", e.Recorded, e.Want)
+}
+
+// mode is this relay's mode.
+func (r *Relay) mode() string {
+	if r.cfg.Ordered {
+		return ModeOrdered
+	}
+	return ModeUnordered
+}
+
+// register checks the relay's mode against the schema's and records the
+// relay as alive. When the modes differ and no relay of the schema's mode is
+// alive, it switches the schema to this relay's mode: lanes are opened for
+// every key with rows (ordered) or dropped (unordered).
+func (r *Relay) register(ctx context.Context) error {
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("register relay: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, queryModeLock, "outbox-relay:mode:"+r.cfg.Schema); err != nil {
+		return fmt.Errorf("register relay: lock the schema's mode: %w", err)
+	}
+	want := r.mode()
+	var recorded string
+	var alive []string
+	if err := tx.QueryRow(ctx, r.q.modeRead, r.cfg.ID, aliveFor, want).Scan(&recorded, &alive); err != nil {
+		return fmt.Errorf("register relay: read the schema's mode: %w", err)
+	}
+	if recorded != want {
+		if len(alive) > 0 {
+			return &ModeConflictError{Want: want, Recorded: recorded, Alive: alive}
+		}
+		if err := r.switchMode(ctx, tx, recorded); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, r.q.relaysHeartbeat, r.cfg.ID, r.cfg.Version, want, r.cfg.Notify); err != nil {
+		return fmt.Errorf("register relay: %w", err)
+	}
+	if _, err := tx.Exec(ctx, r.q.relaysRestart, r.cfg.ID); err != nil {
+		return fmt.Errorf("register relay: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("register relay: %w", err)
+	}
+	return nil
+}
+
+// switchMode records this relay's mode as the schema's, in tx.
+func (r *Relay) switchMode(ctx context.Context, tx pgx.Tx, from string) error {
+	want := r.mode()
+	if _, err := tx.Exec(ctx, r.q.modeSwitchLock); err != nil {
+		return fmt.Errorf("switch the schema to %s mode: hold producers back: %w", want, err)
+	}
+	if _, err := tx.Exec(ctx, r.q.modeSwitch, want, r.cfg.ID); err != nil {
+		return fmt.Errorf("switch the schema to %s mode: %w", want, err)
+	}
+	var err error
+	if want == ModeOrdered {
+		_, err = tx.Exec(ctx, r.q.backfillLanes)
+	} else {
+		_, err = tx.Exec(ctx, r.q.clearLanes)
+	}
+	if err != nil {
+		return fmt.Errorf("switch the schema to %s mode: %w", want, err)
+	}
+	r.log.Warn("switched the schema's delivery mode: no other relay was alive", "from", from, "to", want)
+	return nil
+}
+
+// heartbeatLoop records every heartbeatInterval that the relay is alive and
+// checks that the schema's mode is still its own; it returns an error when
+// the mode changed. At a clean shutdown the relay leaves the registry.
+func (r *Relay) heartbeatLoop(ctx context.Context) error {
+	t := time.NewTicker(heartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			_, _ = r.pool.Exec(leaveCtx, r.q.relaysLeave, r.cfg.ID)
+			return nil
+		case <-t.C:
+		}
+		var recorded string
+		err := r.pool.QueryRow(ctx, r.q.relaysHeartbeat, r.cfg.ID, r.cfg.Version, r.mode(), r.cfg.Notify).Scan(&recorded)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.log.Warn("record heartbeat", "err", err)
+		case err == nil && recorded != r.mode():
+			return &ModeChangedError{Want: r.mode(), Recorded: recorded}
+		}
+	}
+}

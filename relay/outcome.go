@@ -1,0 +1,118 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/sinks"
+)
+
+// The outcome vocabulary: what can become of a claimed row, how a sink's
+// answer is judged, and how outcomes are labelled in
+// outbox_relay_messages_total.
+
+// maxErrorLen bounds the error text stored with a row.
+const maxErrorLen = 2000
+
+type outcomeKind uint8
+
+const (
+	kindDelivered outcomeKind = iota // archive and record the key
+	kindDuplicate                    // archive without sending: key already delivered
+	kindRetry                        // requeue after delay, attempt counted
+	kindRelease                      // requeue now, attempt given back (shutdown)
+	kindDead                         // move to the dead letters
+)
+
+// outcome is what became of one claimed row; the settler writes it down.
+type outcome struct {
+	id      int64
+	seq     int32 // the claim's claim_seq: the settle's guard
+	attempt int
+	sink    string
+	size    int // payload bytes, held in memory until settled
+	kind    outcomeKind
+	delay   time.Duration // kindRetry
+	reason  string        // kindDead
+	err     string        // kindRetry, kindDead
+}
+
+// unknownSink groups the rows whose destination names no configured sink;
+// it is their label in metrics, so that row data cannot create series.
+const unknownSink = "(unknown)"
+
+// Outcome labels of outbox_relay_messages_total.
+const (
+	outcomeDelivered    = "delivered"
+	outcomeRetried      = "retried"
+	outcomeDeadLettered = "dead_lettered"
+	outcomeDeduplicated = "deduplicated"
+	outcomeReleased     = "released"
+)
+
+// outcomeLabels lists every outcome label, so that each series exists from
+// the start.
+var outcomeLabels = []string{outcomeDelivered, outcomeRetried, outcomeDeadLettered, outcomeDeduplicated, outcomeReleased}
+
+// outcomeLabel is the metric label of kind k.
+func outcomeLabel(k outcomeKind) string {
+	switch k {
+	case kindDelivered:
+		return outcomeDelivered
+	case kindDuplicate:
+		return outcomeDeduplicated
+	case kindRetry:
+		return outcomeRetried
+	case kindRelease:
+		return outcomeReleased
+	default:
+		return outcomeDeadLettered
+	}
+}
+
+// outcomeOf classifies the result of delivering m under claim seq.
+func (r *Relay) outcomeOf(m *sinks.Message, seq int32, sink string, err error, shuttingDown bool) outcome {
+	o := outcome{id: m.ID, seq: seq, attempt: m.Attempt, sink: sink, size: len(m.Payload)}
+	switch {
+	case err == nil:
+		o.kind = kindDelivered
+	case sinks.IsPermanent(err):
+		o.kind, o.reason, o.err = kindDead, outbox.ReasonPermanent, errorText(err)
+	case shuttingDown && errors.Is(err, context.Canceled):
+		o.kind = kindRelease // claimable again at once, by any relay
+	case errors.Is(err, sinks.ErrNotAttempted):
+		// The sink did not try (paused, disconnected, out of time): back
+		// without spending an attempt, after a pause, so that a sink that
+		// keeps refusing does not turn claims into a busy loop.
+		o.kind, o.delay = kindRelease, r.cfg.BackoffMin
+	case m.Attempt >= r.cfg.MaxAttempts:
+		o.kind, o.reason = kindDead, outbox.ReasonExhausted
+		o.err = fmt.Sprintf("after %d attempts: %s", m.Attempt, errorText(err))
+	default:
+		o.kind, o.err = kindRetry, errorText(err)
+		o.delay = backoff(m.Attempt, r.cfg.BackoffMin, r.cfg.BackoffMax)
+		if after, ok := sinks.RetryDelay(err); ok && after > o.delay {
+			o.delay = after
+		}
+	}
+	return o
+}
+
+// errorText is err as it is stored with a row: valid UTF-8 without NUL
+// bytes (PostgreSQL text refuses both), at most maxErrorLen bytes.
+func errorText(err error) string {
+	s := err.Error()
+	truncated := len(s) > maxErrorLen
+	if truncated {
+		s = s[:maxErrorLen]
+	}
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "")
+	if truncated {
+		s += "…"
+	}
+	return s
+}

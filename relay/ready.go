@@ -1,0 +1,101 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/sinks"
+)
+
+// readyTimeout bounds the database ping of a readiness check.
+const readyTimeout = 2 * time.Second
+
+// errDraining is the readiness of a relay that is shutting down.
+var errDraining = errors.New("draining: shutting down")
+
+// Ready reports whether the relay can do its work: it is not draining, the
+// database answers, claims have not been failing for claimsFailingFor, and
+// every sink is available and delivering (not stalled: connected, but
+// every attempt failing for stallAfter). Its error names no database user
+// or name.
+func (r *Relay) Ready(ctx context.Context) error {
+	if r.draining.Load() {
+		return errDraining
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	if err := r.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database: %s", redactConnError(err))
+	}
+	now := time.Now()
+	for i := range r.claimHealth {
+		if err := r.claimHealth[i].check(now); err != nil {
+			return err
+		}
+	}
+	for name, s := range r.cfg.Sinks {
+		if a, ok := s.(sinks.Availability); ok {
+			if err := a.Available(); err != nil {
+				return fmt.Errorf("sink %s: %w", name, err)
+			}
+		}
+		if err := r.watches[name].stall(now); err != nil {
+			return fmt.Errorf("sink %s: connected but %w", name, err)
+		}
+	}
+	return nil
+}
+
+// claimsFailingFor is how long a claim loop's claims may keep failing
+// before the relay reports itself not ready.
+const claimsFailingFor = 10 * time.Second
+
+// claimHealth is whether one claim loop's claims work: since when they fail,
+// and the last error. It is safe for concurrent use.
+type claimHealth struct {
+	mu      sync.Mutex
+	since   time.Time // zero while claims succeed
+	lastErr error
+}
+
+func (h *claimHealth) failed(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.since.IsZero() {
+		h.since = time.Now()
+	}
+	h.lastErr = err
+}
+
+func (h *claimHealth) succeeded() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.since, h.lastErr = time.Time{}, nil
+}
+
+// check returns an error when claims have failed for claimsFailingFor.
+func (h *claimHealth) check(now time.Time) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.since.IsZero() || now.Sub(h.since) < claimsFailingFor {
+		return nil
+	}
+	return fmt.Errorf("claims have failed for %s: %s", now.Sub(h.since).Round(time.Second), redactConnError(h.lastErr))
+}
+
+// connTarget matches how pgx names the database it could not reach
+// ("failed to connect to `user=app database=orders`"): /readyz, which anyone
+// who can reach the port may read, does not say it.
+var connTarget = regexp.MustCompile("`user=[^`]*`")
+
+// redactConnError is err's text without the database user and name.
+func redactConnError(err error) string {
+	if err == nil {
+		return ""
+	}
+	return connTarget.ReplaceAllString(err.Error(), "the database")
+}

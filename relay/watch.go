@@ -1,0 +1,140 @@
+package relay
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Loud about what blocks delivery: when a sink becomes unavailable, stops
+// delivering while connected, or claims start failing, the relay logs one
+// error line with the reason, then a reminder at a growing interval while
+// it lasts (reminder), and a line when it recovers.
+
+// reminder says when to log again that a problem persists: after 30s, then
+// twice as long each time, at most every 10 minutes.
+type reminder struct {
+	since time.Time // when the problem began; zero while there is none
+	next  time.Time
+	every time.Duration
+}
+
+const (
+	reminderFirst = 30 * time.Second
+	reminderMax   = 10 * time.Minute
+)
+
+// begin starts a problem at now and reports whether it is new.
+func (m *reminder) begin(now time.Time) bool {
+	if !m.since.IsZero() {
+		return false
+	}
+	m.since, m.every = now, reminderFirst
+	m.next = now.Add(m.every)
+	return true
+}
+
+// due reports whether a reminder is due at now, and schedules the next.
+func (m *reminder) due(now time.Time) bool {
+	if m.since.IsZero() || now.Before(m.next) {
+		return false
+	}
+	m.every = min(2*m.every, reminderMax)
+	m.next = now.Add(m.every)
+	return true
+}
+
+// end ends the problem and returns how long it lasted (0 when there was
+// none).
+func (m *reminder) end(now time.Time) time.Duration {
+	if m.since.IsZero() {
+		return 0
+	}
+	d := now.Sub(m.since)
+	*m = reminder{}
+	return d
+}
+
+// sinkWatch follows one sink: its availability and whether its deliveries
+// succeed. It is safe for concurrent use.
+type sinkWatch struct {
+	// stallAfter is how long a connected sink may go without delivering
+	// while its deliveries fail before it counts as stalled
+	// (Config.StallAfter).
+	stallAfter time.Duration
+
+	mu          sync.Mutex
+	unavailable reminder
+	lastReason  string
+
+	lastSuccess time.Time
+	failing     reminder // deliveries fail and none succeeds
+	failures    int
+	lastErr     string
+	stalled     bool
+}
+
+// available records the sink's availability (err nil when available) and
+// returns what to log, if anything.
+func (w *sinkWatch) available(now time.Time, err error) (msg string, attrs []any, isErr bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err == nil {
+		if d := w.unavailable.end(now); d > 0 {
+			return "sink available again", []any{"unavailable_for", d.Round(time.Second)}, false
+		}
+		return "", nil, false
+	}
+	w.lastReason = err.Error()
+	if w.unavailable.begin(now) {
+		return "sink unavailable: its rows wait in the table, without spending attempts, until it is back", []any{"reason", w.lastReason}, true
+	}
+	if w.unavailable.due(now) {
+		return "sink still unavailable", []any{"unavailable_for", now.Sub(w.unavailable.since).Round(time.Second), "reason", w.lastReason}, true
+	}
+	return "", nil, false
+}
+
+// delivered records a delivery that succeeded; it returns how long the
+// sink had delivered nothing when it had been reported stalled.
+func (w *sinkWatch) delivered(now time.Time) (stalledFor time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lastSuccess = now
+	w.failures = 0
+	d := w.failing.end(now)
+	if !w.stalled {
+		return 0
+	}
+	w.stalled = false
+	return d
+}
+
+// failed records a delivery that failed (to be retried) and returns what
+// to log, if anything: the sink is connected but delivers nothing.
+func (w *sinkWatch) failed(now time.Time, err string) (msg string, attrs []any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.failures++
+	w.lastErr = err
+	w.failing.begin(now)
+	if !w.stalled && now.Sub(w.failing.since) >= w.stallAfter && now.Sub(w.lastSuccess) >= w.stallAfter {
+		w.stalled = true
+		return "sink delivers nothing: every attempt fails", []any{"for", now.Sub(w.failing.since).Round(time.Second), "num_failed", w.failures, "last_error", err}
+	}
+	if w.stalled && w.failing.due(now) {
+		return "sink still delivers nothing", []any{"for", now.Sub(w.failing.since).Round(time.Second), "num_failed", w.failures, "last_error", err}
+	}
+	return "", nil
+}
+
+// stall returns an error while the sink is stalled.
+func (w *sinkWatch) stall(now time.Time) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.stalled {
+		return nil
+	}
+	return fmt.Errorf("no delivery succeeded for %s while %d failed (last error: %s)",
+		now.Sub(w.failing.since).Round(time.Second), w.failures, w.lastErr)
+}
