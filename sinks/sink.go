@@ -1,19 +1,3 @@
-// Package sinks defines what the relay asks of a destination: take a batch
-// of messages and report one outcome per message.
-//
-// An outcome is an error: nil means the destination durably accepted the
-// message (a JetStream PubAck, a 2xx response); an error wrapped with
-// Permanent means it never will, so the row goes to the dead letters at once;
-// an error wrapping ErrNotAttempted puts the row back without counting an
-// attempt; any other error is transient and the row is retried with backoff,
-// not sooner than a delay given with RetryAfter.
-//
-// A sink that knows when it cannot deliver at all (disconnected, paused by
-// the destination) also implements Available() error; the relay then leaves
-// its rows in the table instead of claiming them.
-//
-// Each destination lives in its own sub-package (sinks/nats,
-// sinks/webhook) and asserts var _ sinks.Sink = (*Sink)(nil).
 package sinks
 
 import (

@@ -13,15 +13,36 @@
 // stream's max_msg_size, an invalid subject) is a permanent failure. The
 // connection reconnects forever; while it is down the sink reports itself
 // unavailable and in-flight messages fail as transient.
+//
+// # Authentication and TLS
+//
+// Besides credentials in the URL, the sink authenticates with a creds file
+// (Config.CredsFile: a user JWT and its NKey seed) or an NKey seed file
+// (Config.NKeySeedFile), and verifies the server against a private CA
+// (Config.TLSCAFile, which replaces the system roots) while presenting a
+// client certificate (Config.TLSCertFile, Config.TLSKeyFile) to servers that
+// require one. New checks every file before connecting; its errors never
+// show what a file holds.
+//
+// A server that refuses the credentials (authorization violation,
+// authentication expired or revoked) or a TLS handshake that fails is not
+// a reason to give up: the client retries forever, so that a fix on the
+// server's side, or a renewed file, takes effect without a restart. Each
+// such failure is logged at error level once, not once per attempt (a
+// different reason when it first appears in an outage, and the recovery at
+// info), and while it lasts Available's error carries the reason, which
+// /readyz shows.
 package nats
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,25 +74,66 @@ type Config struct {
 	// MaxPending bounds asynchronous publishes awaiting an ack. Default
 	// MaxPendingDefault.
 	MaxPending int
+	// Stream, when set, is created at start unless it exists (NATS_STREAM):
+	// a file-backed stream capturing SubjectPrefix + ">" with a duplicate
+	// window of DuplicateWindow, but at least two minutes. An existing
+	// stream is never changed. For quick starts; production streams are
+	// the operator's to manage.
+	Stream string
+	// DuplicateWindow is the duplicate window the start-up check expects of
+	// the stream capturing the subjects: long enough to drop a message
+	// re-sent after a lease expiry or the longest retry delay
+	// (RELAY_LEASE + RELAY_BACKOFF_MAX). Zero skips that part of the check.
+	DuplicateWindow time.Duration
 	// ClientName is shown by the server for this connection.
 	ClientName string
+	// CredsFile is a NATS credentials file to authenticate with
+	// (NATS_CREDS_FILE): a user JWT and its NKey seed, as nsc writes them
+	// for decentralized (operator and account JWT) authentication. It is
+	// read again at every connection attempt, so that a renewed file is
+	// used from the next reconnection. Not with NKeySeedFile.
+	CredsFile string
+	// NKeySeedFile is a file holding a user NKey seed (SU…) to authenticate
+	// with (NATS_NKEY_SEED_FILE). Not with CredsFile.
+	NKeySeedFile string
+	// TLSCAFile is a PEM file of the CA certificates that verify the server
+	// (NATS_TLS_CA_FILE). When set, TLS is required and only these
+	// certificates are trusted, not the system roots. Empty: the system
+	// roots verify servers that offer TLS.
+	TLSCAFile string
+	// TLSCertFile and TLSKeyFile are a PEM client certificate (chain) and
+	// its private key (NATS_TLS_CERT_FILE, NATS_TLS_KEY_FILE), presented
+	// to servers that verify clients; both or neither. When set, TLS is
+	// required. Like the CA file, they are read again at every connection
+	// attempt.
+	TLSCertFile string
+	TLSKeyFile  string
 	// Logger receives connection events. Default slog.Default().
 	Logger *slog.Logger
 }
 
 // Sink publishes to NATS. It is safe for concurrent use.
 type Sink struct {
-	cfg Config
-	nc  *nats.Conn
-	js  jetstream.JetStream // nil for core NATS
-	log *slog.Logger
+	cfg     Config
+	nc      *nats.Conn
+	js      jetstream.JetStream // nil for core NATS
+	log     *slog.Logger
+	state   *connState
+	status  chan nats.Status // the watcher's status events
+	closing atomic.Bool      // Close was called: the connection's end is ours
 }
 
-var _ sinks.Sink = (*Sink)(nil)
+var (
+	_ sinks.Sink           = (*Sink)(nil)
+	_ sinks.Availability   = (*Sink)(nil)
+	_ sinks.StartupChecker = (*Sink)(nil)
+	_ io.Closer            = (*Sink)(nil)
+)
 
-// New connects to NATS and returns a sink. It does not wait for the server:
-// when none is reachable yet, the connection keeps trying in the background
-// and the sink reports itself unavailable until it succeeds.
+// New checks cfg's files, connects to NATS and returns a sink. It does not
+// wait for the server: when none is reachable yet, or it refuses the
+// connection, the client keeps trying in the background and the sink
+// reports itself unavailable, with the reason, until it succeeds.
 func New(cfg Config) (*Sink, error) {
 	if cfg.AckTimeout <= 0 {
 		cfg.AckTimeout = AckTimeoutDefault
@@ -87,27 +149,47 @@ func New(cfg Config) (*Sink, error) {
 		log = slog.Default()
 	}
 	log = log.With("sink", "nats", "url", Redact(cfg.URL))
-	s := &Sink{cfg: cfg, log: log}
+	security, err := cfg.securityOptions()
+	if err != nil {
+		return nil, fmt.Errorf("NATS config: %w", err)
+	}
+	s := &Sink{cfg: cfg, log: log, state: newConnState(log)}
 
-	nc, err := nats.Connect(cfg.URL,
+	opts := append([]nats.Option{
 		nats.Name(cfg.ClientName),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectJitter(250*time.Millisecond, time.Second),
 		nats.RetryOnFailedConnect(true),
-		nats.ConnectHandler(func(*nats.Conn) { log.Info("connected to NATS") }),
-		nats.ReconnectHandler(func(*nats.Conn) { log.Info("reconnected to NATS") }),
+		// By default the client gives up on a server that refuses the
+		// credentials twice; keep trying, so that a fix on the server's
+		// side or a renewed creds file takes effect without a restart.
+		nats.IgnoreAuthErrorAbort(),
+		nats.ConnectHandler(func(*nats.Conn) { s.state.up("connected to NATS") }),
+		nats.ReconnectHandler(func(*nats.Conn) { s.state.up("reconnected to NATS") }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("disconnected from NATS; reconnecting", "err", err)
+			if err == nil {
+				return // Close: a disconnection the sink asked for
+			}
+			s.state.disconnected(err)
 		}),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			log.Warn("NATS error", "err", err)
+		// Attempts that fail to connect: the first one, and every one
+		// that fails before the server answers (connection refused).
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { s.state.failed(err) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { s.state.serverError(err) }),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			if !s.closing.Load() {
+				s.state.closed(nc.LastError())
+			}
 		}),
-	)
+	}, security...)
+	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS %s: %w", Redact(cfg.URL), err)
 	}
 	s.nc = nc
+	s.status = nc.StatusChanged(nats.CONNECTING, nats.RECONNECTING, nats.CONNECTED, nats.CLOSED)
+	go s.watch(s.status)
 	if cfg.JetStream {
 		js, err := jetstream.New(nc,
 			jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
@@ -126,6 +208,9 @@ func New(cfg Config) (*Sink, error) {
 func (s *Sink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
 	errs := make([]error, len(msgs))
 	if !s.nc.IsConnected() {
+		if err := s.state.available(); err != nil {
+			return sinks.Fill(errs, err)
+		}
 		return sinks.Fill(errs, errNotConnected)
 	}
 	if err := ctx.Err(); err != nil {
@@ -232,20 +317,26 @@ func (s *Sink) natsMsg(m *sinks.Message) (*nats.Msg, error) {
 	return msg, nil
 }
 
-// Available reports whether the sink can deliver now: nil while connected.
+// Available reports whether the sink can deliver now: nil while connected,
+// else an error wrapping sinks.ErrNotAttempted that says why, with the
+// server's reason when it refused the connection (not connected to NATS:
+// authorization violation) or the TLS handshake's error. It reads what the
+// connection's callbacks recorded, so it never waits.
 func (s *Sink) Available() error {
-	if !s.nc.IsConnected() {
-		return errNotConnected
-	}
-	return nil
+	return s.state.available()
 }
 
 // Close flushes and closes the connection.
 func (s *Sink) Close() error {
+	if s.closing.Swap(true) {
+		return nil
+	}
 	if s.nc.IsConnected() {
 		_ = s.nc.FlushTimeout(time.Second)
 	}
+	s.state.close()
 	s.nc.Close()
+	s.nc.RemoveStatusListener(s.status)
 	return nil
 }
 

@@ -13,7 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outbox-relay/outbox-relay/internal/testnats"
+	"github.com/outbox-relay/outbox-relay/internal/natstest"
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	natssink "github.com/outbox-relay/outbox-relay/sinks/nats"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
@@ -27,18 +28,19 @@ const (
 func TestSink_ConformanceJetStream(t *testing.T) {
 	sinktest.Run(t, sinktest.Harness{
 		New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
-			srv := testnats.Start(t)
+			srv := natstest.Start(t)
 			srv.CreateStream(t, stream, prefix+">")
 			return newSink(t, srv, true), &streamDestination{srv: srv}
 		},
-		Reject: rejectBySubject,
+		Reject:   rejectBySubject,
+		Features: sinktest.Features{Headers: true, DedupsByKey: true, Outage: true},
 	})
 }
 
 func TestSink_ConformanceCore(t *testing.T) {
 	sinktest.Run(t, sinktest.Harness{
 		New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
-			srv := testnats.Start(t)
+			srv := natstest.Start(t)
 			d := &subscriberDestination{srv: srv}
 			nc := srv.Connect(t)
 			if _, err := nc.Subscribe(prefix+">", d.add); err != nil {
@@ -49,7 +51,8 @@ func TestSink_ConformanceCore(t *testing.T) {
 			}
 			return newSink(t, srv, false), d
 		},
-		Reject: rejectBySubject,
+		Reject:   rejectBySubject,
+		Features: sinktest.Features{Headers: true, Outage: true},
 	})
 }
 
@@ -57,7 +60,7 @@ func TestSink_ConformanceCore(t *testing.T) {
 func rejectBySubject(m *sinks.Message) { m.Topic = "sinktest.*" }
 
 // streamDestination is a JetStream stream as the suite sees it.
-type streamDestination struct{ srv *testnats.Server }
+type streamDestination struct{ srv *natstest.Server }
 
 func (d *streamDestination) Received(t testing.TB) []sinktest.Received {
 	var out []sinktest.Received
@@ -71,7 +74,7 @@ func (d *streamDestination) Break(testing.TB) { d.srv.Stop() }
 
 // subscriberDestination is a core NATS subscriber as the suite sees it.
 type subscriberDestination struct {
-	srv  *testnats.Server
+	srv  *natstest.Server
 	mu   sync.Mutex
 	msgs []sinktest.Received
 }
@@ -100,7 +103,7 @@ func received(m *nats.Msg) sinktest.Received {
 }
 
 // newSink returns a sink publishing to srv under prefix, closed at cleanup.
-func newSink(t *testing.T, srv *testnats.Server, jetStream bool) *natssink.Sink {
+func newSink(t *testing.T, srv *natstest.Server, jetStream bool) *natssink.Sink {
 	t.Helper()
 	s, err := natssink.New(natssink.Config{
 		URL:           srv.URL(),
@@ -113,7 +116,7 @@ func newSink(t *testing.T, srv *testnats.Server, jetStream bool) *natssink.Sink 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	waitFor(t, "the sink to connect", func() bool { return s.Available() == nil })
+	waitfor.Condition(t, 15*time.Second, "the sink to connect", func() bool { return s.Available() == nil })
 	return s
 }
 
@@ -144,7 +147,7 @@ func deliver(t *testing.T, s sinks.Sink, msgs []sinks.Message) []error {
 
 func TestSink_MaxPayloadExceededIsPermanent(t *testing.T) {
 	modes(t, func(t *testing.T, jetStream bool) {
-		srv := testnats.Start(t, func(o *server.Options) { o.MaxPayload = 1024 })
+		srv := natstest.Start(t, func(o *server.Options) { o.MaxPayload = 1024 })
 		srv.CreateStream(t, stream, prefix+">")
 		s := newSink(t, srv, jetStream)
 		msgs := sinktest.Messages(t, 3)
@@ -161,7 +164,7 @@ func TestSink_MaxPayloadExceededIsPermanent(t *testing.T) {
 
 func TestSink_InvalidSubjectIsPermanent(t *testing.T) {
 	modes(t, func(t *testing.T, jetStream bool) {
-		srv := testnats.Start(t)
+		srv := natstest.Start(t)
 		srv.CreateStream(t, stream, prefix+">")
 		s := newSink(t, srv, jetStream)
 		topics := []string{"orders..created", "orders.*", "orders.>", ">", "", "orders.", ".orders", "orders created", "orders\tcreated", "ok.topic"}
@@ -185,7 +188,7 @@ func TestSink_InvalidSubjectIsPermanent(t *testing.T) {
 }
 
 func TestSink_StreamMaxMsgSizeExceededIsPermanent(t *testing.T) {
-	srv := testnats.Start(t)
+	srv := natstest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := srv.JetStream().CreateStream(ctx, jetstream.StreamConfig{
@@ -210,12 +213,12 @@ func TestSink_StreamMaxMsgSizeExceededIsPermanent(t *testing.T) {
 
 func TestSink_ServerStoppedThenRestarted(t *testing.T) {
 	modes(t, func(t *testing.T, jetStream bool) {
-		srv := testnats.Start(t)
+		srv := natstest.Start(t)
 		srv.CreateStream(t, stream, prefix+">")
 		s := newSink(t, srv, jetStream)
 
 		srv.Stop()
-		waitFor(t, "Available to report the outage", func() bool { return s.Available() != nil })
+		waitfor.Condition(t, 15*time.Second, "Available to report the outage", func() bool { return s.Available() != nil })
 		if err := s.Available(); !errors.Is(err, sinks.ErrNotAttempted) {
 			t.Errorf("Available while the server is down: %v, want an error wrapping sinks.ErrNotAttempted", err)
 		}
@@ -232,10 +235,10 @@ func TestSink_ServerStoppedThenRestarted(t *testing.T) {
 		}
 
 		srv.Restart()
-		waitFor(t, "the sink to reconnect", func() bool { return s.Available() == nil })
+		waitfor.Condition(t, 15*time.Second, "the sink to reconnect", func() bool { return s.Available() == nil })
 		// JetStream may need a moment after the restart to serve the
 		// stream again: retry until delivered, as the relay would.
-		waitFor(t, "deliveries to succeed after the restart", func() bool {
+		waitfor.Condition(t, 15*time.Second, "deliveries to succeed after the restart", func() bool {
 			errs := deliver(t, s, msgs)
 			for _, err := range errs {
 				if err != nil {
@@ -253,7 +256,7 @@ func TestSink_ServerStoppedThenRestarted(t *testing.T) {
 }
 
 func TestSink_DuplicateMsgIDIsDelivered(t *testing.T) {
-	srv := testnats.Start(t)
+	srv := natstest.Start(t)
 	srv.CreateStream(t, stream, prefix+">")
 	s := newSink(t, srv, true)
 	msgs := sinktest.Messages(t, 1)
@@ -270,7 +273,7 @@ func TestSink_DuplicateMsgIDIsDelivered(t *testing.T) {
 
 func TestSink_RowHeadersCannotSetNatsHeaders(t *testing.T) {
 	modes(t, func(t *testing.T, jetStream bool) {
-		srv := testnats.Start(t)
+		srv := natstest.Start(t)
 		srv.CreateStream(t, stream, prefix+">")
 		nc := srv.Connect(t)
 		sub, err := nc.SubscribeSync(prefix + ">")
@@ -337,6 +340,13 @@ func TestValidateSubject(t *testing.T) {
 		{"events.orders-v2.created_at", true},
 		{"événements.créés", true},
 		{"", false},
+		{"$JS.API.STREAM.DELETE.EVENTS", false},
+		{"$KV.config.x", false},
+		{"$SYS.REQ.SERVER.PING", false},
+		{"_INBOX.abc.def", false},
+		{"_INBOX", false},
+		{"events.$JS.API", true},
+		{"_inbox_like.orders", true},
 		{".", false},
 		{"orders.", false},
 		{".orders", false},
@@ -359,17 +369,5 @@ func TestValidateSubject(t *testing.T) {
 		if (err == nil) != tt.ok {
 			t.Errorf("ValidateSubject(%q) = %v, want ok=%v", tt.subject, err, tt.ok)
 		}
-	}
-}
-
-// waitFor polls cond until it holds, failing t after 15 seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

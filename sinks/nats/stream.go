@@ -7,7 +7,62 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/sinks"
 )
+
+// Start-up problems CheckStartup reports (outbox_relay_sink_problem).
+const (
+	ProblemNoStream         = "no_stream"
+	ProblemShortDedupWindow = "short_dedup_window"
+)
+
+// minStreamDuplicates is the shortest duplicate window of a stream the sink
+// creates: JetStream's default.
+const minStreamDuplicates = 2 * time.Minute
+
+// CheckStartup waits for the connection, creates Config.Stream when it is
+// set and missing, and checks that a stream captures the relay's subjects
+// (SubjectPrefix + ">") with a duplicate window of at least
+// Config.DuplicateWindow. Without a prefix it cannot tell which stream
+// captures the topics and reports nothing. Core NATS has nothing to check.
+func (s *Sink) CheckStartup(ctx context.Context) ([]sinks.Problem, error) {
+	if s.js == nil {
+		return nil, nil
+	}
+	if s.cfg.Stream != "" {
+		window := max(minStreamDuplicates, s.cfg.DuplicateWindow)
+		if err := s.EnsureStream(ctx, s.cfg.Stream, s.cfg.SubjectPrefix, window); err != nil {
+			return nil, err
+		}
+	}
+	if s.cfg.SubjectPrefix == "" {
+		s.log.Info("NATS_SUBJECT_PREFIX is empty, so the start-up check cannot tell which stream captures the topics; publishes to a subject no stream captures are retried and logged")
+		return nil, nil
+	}
+	subject := s.cfg.SubjectPrefix + ">"
+	check, err := s.CheckStream(ctx, subject)
+	if err != nil {
+		return nil, err
+	}
+	if check.Stream == "" {
+		return []sinks.Problem{{
+			Code:    ProblemNoStream,
+			Message: "no JetStream stream captures the relay's subjects: every publish will fail and be retried until one does",
+			Attrs:   []any{"subject", subject},
+		}}, nil
+	}
+	if need := s.cfg.DuplicateWindow; check.Duplicates < need {
+		return []sinks.Problem{{
+			Code: ProblemShortDedupWindow,
+			Message: "the stream's duplicate window is shorter than RELAY_LEASE + RELAY_BACKOFF_MAX: a message re-sent after a lease expiry or a long retry delay may be stored twice; " +
+				"raise the stream's duplicate window or lower RELAY_BACKOFF_MAX, and let consumers dedupe by Nats-Msg-Id",
+			Attrs: []any{"stream", check.Stream, "duplicate_window", check.Duplicates, "lease_plus_backoff_max", need},
+		}}, nil
+	}
+	s.log.Info("JetStream stream captures the relay's subjects", "stream", check.Stream, "subject", subject, "duplicate_window", check.Duplicates)
+	return nil, nil
+}
 
 // EnsureStream creates the JetStream stream name, capturing every subject
 // under the prefix (prefix + ">") with the given duplicate window, unless a

@@ -24,6 +24,24 @@ type Harness struct {
 	// destination or the sink refuses it for good), for checking that
 	// outcomes line up with their messages.
 	Reject func(m *sinks.Message)
+	// Features says what the destination can do; the suite checks what it
+	// claims and leaves out what it lacks.
+	Features Features
+}
+
+// Features describes a destination for the suite.
+type Features struct {
+	// Headers is set when the destination carries row headers (NATS and
+	// HTTP headers, Kafka record headers, AMQP headers).
+	Headers bool
+	// DedupsByKey is set when the destination itself drops a copy of a
+	// message whose idempotency key it already holds (JetStream, within its
+	// duplicate window); otherwise it is expected to keep both copies.
+	DedupsByKey bool
+	// Outage is set when the Destination implements Breaker, so that the
+	// suite can check that nothing is reported delivered while the
+	// destination accepts nothing.
+	Outage bool
 }
 
 // Destination is the far end of a sink, as the suite observes it.
@@ -35,7 +53,8 @@ type Destination interface {
 }
 
 // Breaker is implemented by a Destination that can be made to accept
-// nothing more: stopped, unreachable, or refusing every message.
+// nothing more: stopped, unreachable, or refusing every message
+// (Features.Outage).
 type Breaker interface {
 	// Break makes the destination accept no message from now on.
 	Break(t testing.TB)

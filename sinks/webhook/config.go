@@ -16,6 +16,7 @@ const (
 	ConcurrencyDefault   = 16
 	MaxRetryAfterDefault = time.Hour
 	UserAgentDefault     = "outbox-relay"
+	SlowAfterDefault     = time.Second
 )
 
 // ConcurrencyMax is the largest Config.Concurrency accepted.
@@ -42,14 +43,34 @@ type Config struct {
 	// (WEBHOOK_MAX_RETRY_AFTER); longer values are cut to it. Default
 	// MaxRetryAfterDefault (1h), the relay's default RELAY_BACKOFF_MAX.
 	MaxRetryAfter time.Duration
+	// SlowAfter is how long a request waits for its response before it
+	// gives its concurrency slot up to the next message (see slots.go).
+	// Default SlowAfterDefault (1s).
+	SlowAfter time.Duration
 	// UserAgent is sent with every request. Default UserAgentDefault.
 	UserAgent string
 	// Logger receives pauses and recoveries, never payloads or secrets.
 	// Default slog.Default().
 	Logger *slog.Logger
-	// Transport sends the requests; tests set it for TLS test servers.
-	// Default: a clone of http.DefaultTransport (which honours
-	// HTTPS_PROXY), keeping Concurrency idle connections.
+	// TLSCAFile is a PEM file of the CA certificates that verify the
+	// endpoint's certificate (WEBHOOK_TLS_CA_FILE), for an endpoint whose
+	// certificate a private CA signed. When set, only these certificates
+	// are trusted: they replace the system roots, so that no public CA can
+	// vouch for the endpoint. Needs an https URL.
+	TLSCAFile string
+	// TLSCertFile and TLSKeyFile are a PEM client certificate (chain) and
+	// its private key (WEBHOOK_TLS_CERT_FILE, WEBHOOK_TLS_KEY_FILE),
+	// presented to endpoints that verify clients (mutual TLS); both or
+	// neither. Need an https URL.
+	//
+	// The TLS files are read once, by New: renewed files take effect at
+	// the next start.
+	TLSCertFile string
+	TLSKeyFile  string
+	// Transport sends the requests, for tests; it cannot be combined with
+	// the TLS files. Default: a clone of http.DefaultTransport (which
+	// honours HTTPS_PROXY), keeping Concurrency idle connections, with the
+	// TLS files' configuration.
 	Transport http.RoundTripper
 }
 
@@ -63,6 +84,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxRetryAfter == 0 {
 		c.MaxRetryAfter = MaxRetryAfterDefault
+	}
+	if c.SlowAfter == 0 {
+		c.SlowAfter = SlowAfterDefault
 	}
 	if c.UserAgent == "" {
 		c.UserAgent = UserAgentDefault
@@ -93,7 +117,7 @@ func (c Config) validate() error {
 			return fmt.Errorf("Secrets: secret %d is empty; make secrets with ParseSecrets", i+1)
 		}
 	}
-	return nil
+	return c.validateTLS()
 }
 
 // ValidateURL reports whether raw can be a webhook URL: an absolute http or
@@ -124,20 +148,18 @@ func ValidateURL(raw string) error {
 	return nil
 }
 
-// redactURL is u for logs: scheme, host and path, without credentials or
-// query (which may hold a token).
-func redactURL(raw string) string {
+// RedactURL is raw for logs: scheme and host only. Credentials, path and
+// query may all hold a secret (Slack and Teams put their token in the
+// path).
+func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable URL)"
 	}
-	r := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}
-	if u.User != nil {
-		r.User = url.User("redacted")
-	}
+	r := url.URL{Scheme: u.Scheme, Host: u.Host}
 	s := r.String()
-	if u.RawQuery != "" {
-		s += "?(redacted)"
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
+		s += "/(path not shown)"
 	}
 	return s
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
 	"github.com/outbox-relay/outbox-relay/sinks/webhook"
 )
 
@@ -45,7 +46,7 @@ func TestValidateURL(t *testing.T) {
 }
 
 func TestParseSecrets(t *testing.T) {
-	a, b := newSecret(t), newSecret(t)
+	a, b := webhooktest.NewSecret(t), webhooktest.NewSecret(t)
 	for _, in := range []string{a, " " + a + " ", a + " " + b, a + "," + b, a + ", " + b, a + "\n" + b, strings.TrimRight(a, "=")} {
 		secrets, err := webhook.ParseSecrets(in)
 		if err != nil {
@@ -85,7 +86,7 @@ func TestParseSecrets(t *testing.T) {
 }
 
 func TestSecret_PrintsRedacted(t *testing.T) {
-	secret := newSecret(t)
+	secret := webhooktest.NewSecret(t)
 	secrets, err := webhook.ParseSecrets(secret)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +105,7 @@ func TestSecret_PrintsRedacted(t *testing.T) {
 }
 
 func TestNew_RefusesBadConfig(t *testing.T) {
-	secrets, err := webhook.ParseSecrets(newSecret(t))
+	secrets, err := webhook.ParseSecrets(webhooktest.NewSecret(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,7 @@
 //	408 425 429 5xx, other 4xx               transient: retried with backoff
 //	3xx                                      transient: redirects are not followed
 //	timeout, connection error                transient
+//	failed TLS handshake                     transient (and logged at error level)
 //	context ended during the request         transient (never delivered)
 //
 // Redirects are not followed, so that a signed payload never goes to a URL
@@ -64,8 +65,10 @@
 //
 // A Retry-After header on a transient response (delta-seconds or an
 // HTTP-date, clamped to [0, Config.MaxRetryAfter]) makes that message's error
-// carry the delay (sinks.RetryAfter) and pauses the whole sink until then:
-// the destination asked for a break, not just for this message. While paused,
+// carry the delay (sinks.RetryAfter): that message (and, in ordered mode, its
+// key) waits, others go on. Only when at least half of the last 20 responses
+// (and at least 10) asked to retry later — a rate limit on the whole
+// endpoint — does the whole sink pause until the last one's time. While paused,
 // Available returns an error, so the relay claims nothing for the sink, and
 // Deliver sends nothing, reporting every message as not attempted
 // (sinks.ErrNotAttempted), which puts rows back without spending attempts.
@@ -78,6 +81,22 @@
 // pause (at most Config.Concurrency) instead of an attempt of every row, and
 // is used again within 30s of coming back. A request interrupted by its
 // caller's context does not count.
+//
+// # TLS
+//
+// An https URL is verified against the system roots, or, when
+// Config.TLSCAFile is set, against that file's CA certificates only: a
+// private CA replaces the system roots rather than adding to them, so that
+// no public CA can stand in for the endpoint. Config.TLSCertFile and
+// Config.TLSKeyFile give a client certificate for endpoints that require
+// one (mutual TLS). New reads the files once.
+//
+// A handshake that fails (a certificate that does not verify, an endpoint
+// that wants a client certificate) fails every message alike: it is
+// transient, never permanent, so no row is dead-lettered for it, and it
+// counts towards the circuit breaker, whose pause (Available's error) quotes
+// it. It is logged at error level once, not once per request, again only
+// when the reason changes, and its end at info.
 //
 // # Limits
 //

@@ -30,18 +30,23 @@ const (
 )
 
 // reservedHeaders are the canonical names a row cannot set: hop-by-hop and
-// framing headers, which belong to the connection, and the sink's own.
+// framing headers, which belong to the connection, credentials, which belong
+// to the operator, and the sink's own.
 // Names starting with Proxy- are reserved too.
 var reservedHeaders = map[string]bool{
-	"Connection":         true,
-	"Keep-Alive":         true,
-	"Te":                 true,
-	"Trailer":            true,
-	"Transfer-Encoding":  true,
-	"Upgrade":            true,
-	"Expect":             true,
-	"Host":               true,
-	"Content-Length":     true,
+	"Connection":        true,
+	"Keep-Alive":        true,
+	"Te":                true,
+	"Trailer":           true,
+	"Transfer-Encoding": true,
+	"Upgrade":           true,
+	"Expect":            true,
+	"Host":              true,
+	"Content-Length":    true,
+	// The operator's credentials (WEBHOOK_URL's user info becomes
+	// Authorization) are not a row's to replace or add to.
+	"Authorization":      true,
+	"Cookie":             true,
 	headerID:             true,
 	headerTimestamp:      true,
 	headerSignature:      true,

@@ -36,21 +36,21 @@ func TestSink_RowHeadersCannotOverrideReserved(t *testing.T) {
 		t.Fatal(err) // the endpoint also verified the signature
 	}
 	r := e.Requests()[0]
-	u, _ := url.Parse(e.srv.URL)
+	u, _ := url.Parse(e.Server.URL)
 	checks := []struct{ name, got, want string }{
-		{"Host", r.host, u.Host},
-		{"webhook-id", r.header.Get("webhook-id"), m.IdempotencyKey},
-		{"Idempotency-Key", r.header.Get("Idempotency-Key"), m.IdempotencyKey},
-		{"User-Agent", r.header.Get("User-Agent"), "outbox-relay/test"},
-		{"Outbox-Topic", r.header.Get("Outbox-Topic"), m.Topic},
-		{"Proxy-Authorization", r.header.Get("Proxy-Authorization"), ""},
-		{"Proxy-Connection", r.header.Get("Proxy-Connection"), ""},
-		{"Upgrade", r.header.Get("Upgrade"), ""},
-		{"Trailer", r.header.Get("Trailer"), ""},
-		{"Keep-Alive", r.header.Get("Keep-Alive"), ""},
-		{"Expect", r.header.Get("Expect"), ""},
-		{"X-Custom", r.header.Get("X-Custom"), "kept"},
-		{"traceparent", r.header.Get("traceparent"), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		{"Host", r.Host, u.Host},
+		{"webhook-id", r.Header.Get("webhook-id"), m.IdempotencyKey},
+		{"Idempotency-Key", r.Header.Get("Idempotency-Key"), m.IdempotencyKey},
+		{"User-Agent", r.Header.Get("User-Agent"), "outbox-relay/test"},
+		{"Outbox-Topic", r.Header.Get("Outbox-Topic"), m.Topic},
+		{"Proxy-Authorization", r.Header.Get("Proxy-Authorization"), ""},
+		{"Proxy-Connection", r.Header.Get("Proxy-Connection"), ""},
+		{"Upgrade", r.Header.Get("Upgrade"), ""},
+		{"Trailer", r.Header.Get("Trailer"), ""},
+		{"Keep-Alive", r.Header.Get("Keep-Alive"), ""},
+		{"Expect", r.Header.Get("Expect"), ""},
+		{"X-Custom", r.Header.Get("X-Custom"), "kept"},
+		{"traceparent", r.Header.Get("traceparent"), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -58,12 +58,12 @@ func TestSink_RowHeadersCannotOverrideReserved(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"webhook-signature", "webhook-id", "webhook-timestamp", "Idempotency-Key", "User-Agent"} {
-		if n := len(r.header.Values(name)); n != 1 {
+		if n := len(r.Header.Values(name)); n != 1 {
 			t.Errorf("%s sent %d times, want once", name, n)
 		}
 	}
-	if string(r.body) != string(m.Payload) {
-		t.Errorf("body %q, want %q", r.body, m.Payload)
+	if string(r.Body) != string(m.Payload) {
+		t.Errorf("body %q, want %q", r.Body, m.Payload)
 	}
 }
 
@@ -112,7 +112,7 @@ func TestSink_ContentType(t *testing.T) {
 			t.Fatal(err)
 		}
 		reqs := e.Requests()
-		got := reqs[len(reqs)-1].header.Values("Content-Type")
+		got := reqs[len(reqs)-1].Header.Values("Content-Type")
 		if len(got) != 1 || got[0] != tt.want {
 			t.Errorf("payload %q, headers %v: Content-Type %q, want %q", tt.payload, tt.headers, got, tt.want)
 		}

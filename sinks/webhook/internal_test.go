@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"errors"
 	"math"
 	"net/http"
 	"strings"
@@ -65,26 +66,28 @@ func TestExcerpt(t *testing.T) {
 	}
 }
 
+var errTest = errors.New("post webhook: dial tcp 127.0.0.1:1: connect: connection refused")
+
 func TestGate_BreakerDoublesUpToMax(t *testing.T) {
 	var g gate
 	now := time.Now()
 	for i := 1; i < breakerThreshold; i++ {
-		if p := g.connectionFailed(now); p != 0 {
+		if p := g.connectionFailed(now, errTest); p != 0 {
 			t.Fatalf("failure %d opened the breaker", i)
 		}
 	}
 	want := []time.Duration{1, 2, 4, 8, 16, 30, 30}
 	for i, w := range want {
-		p := g.connectionFailed(now)
+		p := g.connectionFailed(now, errTest)
 		if p != w*time.Second {
 			t.Fatalf("opening %d: pause %s, want %s", i+1, p, w*time.Second)
 		}
-		if g.check(now) == nil {
-			t.Fatalf("opening %d: not paused", i+1)
+		if err := g.check(now); err == nil || !strings.Contains(err.Error(), "the last error: "+errTest.Error()) {
+			t.Fatalf("opening %d: check = %v, want a pause quoting the last error", i+1, err)
 		}
 		// Failures of requests that started before the pause do not
 		// count.
-		if p := g.connectionFailed(now.Add(p / 2)); p != 0 {
+		if p := g.connectionFailed(now.Add(p/2), errTest); p != 0 {
 			t.Fatalf("a failure during the pause reopened the breaker")
 		}
 		now = now.Add(p)
@@ -98,30 +101,44 @@ func TestGate_BreakerDoublesUpToMax(t *testing.T) {
 	if g.responded() {
 		t.Error("responded reported a recovery twice")
 	}
-	if p := g.connectionFailed(now); p != 0 {
+	if p := g.connectionFailed(now, errTest); p != 0 {
 		t.Error("one failure after a response opened the breaker")
 	}
 }
 
-func TestGate_RetryAfterKeepsTheLongerPause(t *testing.T) {
+func TestGate_OneRetryAfterDoesNotPauseTheSink(t *testing.T) {
 	var g gate
 	now := time.Now()
-	if !g.retryAfter(now, 10*time.Second, 429) {
-		t.Error("the first Retry-After did not report a new pause")
+	for range 9 {
+		g.answered(now, false, 0, 204)
 	}
-	if g.retryAfter(now, 5*time.Second, 429) {
-		t.Error("a shorter Retry-After reported a new pause")
+	if g.answered(now, true, 10*time.Second, 429) {
+		t.Error("one Retry-After among successes paused the sink")
 	}
-	if g.retryAfter(now, 20*time.Second, 503) {
-		t.Error("a longer Retry-After during a pause reported a new pause")
+	if err := g.check(now); err != nil {
+		t.Errorf("check after one Retry-After: %v", err)
 	}
-	if err := g.check(now.Add(15 * time.Second)); err == nil || !strings.Contains(err.Error(), "503") {
-		t.Errorf("check during the extended pause: %v", err)
+}
+
+func TestGate_MostResponsesAskingToWaitPauseTheSink(t *testing.T) {
+	var g gate
+	now := time.Now()
+	started := 0
+	for i := range 11 { // 7 of 11 ask to wait; the 11th starts the pause
+		if g.answered(now, i%3 != 0, 10*time.Second, 429) {
+			started++
+		}
 	}
-	if err := g.check(now.Add(20 * time.Second)); err != nil {
+	if started != 1 {
+		t.Fatalf("%d pauses started, want 1 once most responses asked to wait", started)
+	}
+	if err := g.check(now.Add(5 * time.Second)); err == nil || !strings.Contains(err.Error(), "asked to retry later") {
+		t.Errorf("check during the pause: %v", err)
+	}
+	if err := g.check(now.Add(10 * time.Second)); err != nil {
 		t.Errorf("check after the pause: %v", err)
 	}
-	if g.retryAfter(now, 0, 429) {
+	if g.answered(now, true, 0, 429) {
 		t.Error("Retry-After 0 paused")
 	}
 }

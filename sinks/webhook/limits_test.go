@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 	"github.com/outbox-relay/outbox-relay/sinks/webhook"
@@ -18,16 +20,16 @@ import (
 
 // hang makes e hold every request until the client gives up or the test
 // ends; arrived receives a value per request.
-func hang(e *endpoint) (arrived chan struct{}) {
+func hang(e *webhooktest.Receiver) (arrived chan struct{}) {
 	arrived = make(chan struct{}, 100)
-	e.respond = func(w http.ResponseWriter, r *http.Request) int {
+	e.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
 		arrived <- struct{}{}
 		select {
 		case <-r.Context().Done():
-		case <-e.done:
+		case <-e.Done():
 		}
 		return 0
-	}
+	})
 	return arrived
 }
 
@@ -131,16 +133,16 @@ func TestSink_CancelledDuringRequestIsTransient(t *testing.T) {
 func TestSink_ConcurrencyIsBoundedAcrossDeliverCalls(t *testing.T) {
 	e := newEndpoint(t, 1)
 	release := make(chan struct{})
-	e.respond = func(w http.ResponseWriter, r *http.Request) int {
+	e.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
 		select {
 		case <-release:
-		case <-e.done:
+		case <-e.Done():
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return http.StatusNoContent
-	}
+	})
 	const limit = 3
-	s := newSink(t, e, func(c *webhook.Config) { c.Concurrency = limit })
+	s := newSink(t, e, func(c *webhook.Config) { c.Concurrency, c.SlowAfter = limit, time.Hour })
 	msgs := sinktest.Messages(t, 40)
 	var wg sync.WaitGroup
 	errs := make([][]error, 4)
@@ -149,12 +151,8 @@ func TestSink_ConcurrencyIsBoundedAcrossDeliverCalls(t *testing.T) {
 	for g := range 4 {
 		wg.Go(func() { errs[g] = s.Deliver(ctx, msgs[g*10:(g+1)*10]) })
 	}
-	inFlight := func() int {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		return e.inFlight
-	}
-	waitFor(t, "requests to fill the limit", func() bool { return inFlight() >= limit })
+	inFlight := e.InFlight
+	waitfor.Condition(t, 15*time.Second, "requests to fill the limit", func() bool { return inFlight() >= limit })
 	// Watch for a while whether more requests than the limit come in
 	// while these are held.
 	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
@@ -174,10 +172,8 @@ func TestSink_ConcurrencyIsBoundedAcrossDeliverCalls(t *testing.T) {
 			}
 		}
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.maxIn != limit {
-		t.Errorf("at most %d requests were in flight at once, want the limit %d", e.maxIn, limit)
+	if e.MaxInFlight() != limit {
+		t.Errorf("at most %d requests were in flight at once, want the limit %d", e.MaxInFlight(), limit)
 	}
 }
 
@@ -185,7 +181,7 @@ func TestSink_CircuitBreaker(t *testing.T) {
 	e := newEndpoint(t, 1)
 	var down atomic.Bool
 	down.Store(true)
-	e.respond = func(w http.ResponseWriter, r *http.Request) int {
+	e.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
 		if down.Load() {
 			// Close the connection without a response.
 			conn, _, err := w.(http.Hijacker).Hijack()
@@ -198,11 +194,13 @@ func TestSink_CircuitBreaker(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return http.StatusNoContent
-	}
+	})
 	s := newSink(t, e, func(c *webhook.Config) { c.Concurrency = 1 })
 
 	errs := deliver(t, s, sinktest.Messages(t, 8))
-	opened := time.Now()
+	// The breaker opened after the fifth request failed, so not before it
+	// arrived: its pause ends at least a second after that.
+	opened := e.Requests()[4].At
 	for i, err := range errs {
 		notAttempted := errors.Is(err, sinks.ErrNotAttempted)
 		switch {
@@ -227,7 +225,7 @@ func TestSink_CircuitBreaker(t *testing.T) {
 		t.Errorf("%d requests sent while the breaker was open", n-sent)
 	}
 
-	waitFor(t, "the breaker's first pause to end", func() bool { return s.Available() == nil })
+	waitfor.Condition(t, 15*time.Second, "the breaker's first pause to end", func() bool { return s.Available() == nil })
 	if waited := time.Since(opened); waited < time.Second {
 		t.Errorf("the first pause lasted %s, want 1s", waited)
 	}
@@ -241,7 +239,7 @@ func TestSink_CircuitBreaker(t *testing.T) {
 	}
 
 	down.Store(false)
-	waitFor(t, "the breaker's second pause to end", func() bool { return s.Available() == nil })
+	waitfor.Condition(t, 15*time.Second, "the breaker's second pause to end", func() bool { return s.Available() == nil })
 	if err := deliverOne(t, s, message(t, nil)); err != nil {
 		t.Fatalf("endpoint back: %v", err)
 	}
@@ -276,14 +274,14 @@ func TestSink_LogsNoPayloadsOrSecrets(t *testing.T) {
 	e := newEndpoint(t, 1)
 	var status atomic.Int32
 	status.Store(http.StatusTooManyRequests)
-	e.respond = func(w http.ResponseWriter, r *http.Request) int {
+	e.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
 		w.Header().Set("Retry-After", "0")
 		w.WriteHeader(int(status.Load()))
 		_, _ = w.Write([]byte("body"))
 		return int(status.Load())
-	}
+	})
 	var logs syncBuffer
-	url := strings.Replace(e.srv.URL, "http://", "http://alice:pa55word@", 1) + "/hook?token=t0ken"
+	url := strings.Replace(e.Server.URL, "http://", "http://alice:pa55word@", 1) + "/hook?token=t0ken"
 	s := newSink(t, e, func(c *webhook.Config) {
 		c.URL = url
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -316,9 +314,39 @@ func TestSink_LogsNoPayloadsOrSecrets(t *testing.T) {
 	if !strings.Contains(out, "not responding") {
 		t.Errorf("the breaker opening was not logged:\n%s", out)
 	}
-	for _, secret := range []string{"PAYLOAD-MARKER", "pa55word", "t0ken", strings.TrimPrefix(e.secrets[0], "whsec_")} {
+	for _, secret := range []string{"PAYLOAD-MARKER", "pa55word", "t0ken", strings.TrimPrefix(e.Secrets[0], "whsec_")} {
 		if strings.Contains(out, secret) {
 			t.Errorf("the logs show %q:\n%s", secret, out)
 		}
+	}
+}
+
+func TestSink_ASlowRequestGivesItsSlotUp(t *testing.T) {
+	e := newEndpoint(t, 1)
+	e.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
+		if r.Header.Get("x-hang") != "" {
+			return e.Hang(r)
+		}
+		return 0
+	})
+	s := newSink(t, e, func(c *webhook.Config) {
+		c.Concurrency, c.SlowAfter, c.Timeout = 1, 100*time.Millisecond, 3*time.Second
+	})
+	msgs := sinktest.Messages(t, 11)
+	msgs[0].Headers = map[string]string{"x-hang": "1"}
+	var mu sync.Mutex
+	var order []int
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s.DeliverStream(ctx, msgs, func(i int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, i)
+		if (i == 0) != (err != nil) {
+			t.Errorf("message %d: %v", i, err)
+		}
+	})
+	if len(order) != 11 || order[10] != 0 {
+		t.Errorf("outcomes reported in order %v: want the ten others delivered while the hanging request waits, its own last", order)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 	"github.com/outbox-relay/outbox-relay/sinks/webhook"
@@ -59,11 +60,11 @@ func TestSink_StatusOutcomes(t *testing.T) {
 
 func TestSink_PermanentErrorHasStatusAndBodyExcerpt(t *testing.T) {
 	e := newEndpoint(t, 1)
-	e.respond = func(w http.ResponseWriter, r *http.Request) int {
+	e.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
 		w.WriteHeader(http.StatusGone)
 		_, _ = w.Write([]byte("endpoint\r\ndisabled:\x00 \xff\xfe gone for good " + strings.Repeat("é", 2000)))
 		return http.StatusGone
-	}
+	})
 	s := newSink(t, e, nil)
 	err := deliverOne(t, s, message(t, nil))
 	if !sinks.IsPermanent(err) {
@@ -84,33 +85,56 @@ func TestSink_PermanentErrorHasStatusAndBodyExcerpt(t *testing.T) {
 	}
 }
 
-func TestSink_RetryAfterSecondsPausesTheSink(t *testing.T) {
+func TestSink_RetryAfterDelaysItsMessageOnly(t *testing.T) {
 	e := newEndpoint(t, 1)
-	var limited atomic.Bool
-	limited.Store(true)
-	e.respond = func(w http.ResponseWriter, r *http.Request) int {
-		if limited.Load() {
+	e.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
+		if r.Header.Get("x-test-limit") != "" {
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusTooManyRequests)
 			return http.StatusTooManyRequests
 		}
-		w.WriteHeader(http.StatusNoContent)
-		return http.StatusNoContent
-	}
+		return 0
+	})
 	s := newSink(t, e, nil)
-	start := time.Now()
-	err := deliverOne(t, s, message(t, nil))
+	err := deliverOne(t, s, message(t, map[string]string{"x-test-limit": "1"}))
 	if err == nil || sinks.IsPermanent(err) {
 		t.Fatalf("429: %v, want a transient error", err)
 	}
 	if d, ok := sinks.RetryDelay(err); !ok || d < time.Second {
 		t.Errorf("429 with Retry-After: 1: RetryDelay = %s, %v; want at least 1s", d, ok)
 	}
+	if err := s.Available(); err != nil {
+		t.Errorf("one Retry-After paused the whole sink: %v", err)
+	}
+	if err := deliverOne(t, s, message(t, nil)); err != nil {
+		t.Errorf("another message right after: %v", err)
+	}
+}
+
+func TestSink_AnEndpointWideRateLimitPausesTheSink(t *testing.T) {
+	e := newEndpoint(t, 1)
+	var limited atomic.Bool
+	limited.Store(true)
+	e.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
+		if limited.Load() {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return http.StatusTooManyRequests
+		}
+		return 0
+	})
+	s := newSink(t, e, func(c *webhook.Config) { c.Concurrency = 1 })
+	start := time.Now()
+	for i, err := range deliver(t, s, sinktest.Messages(t, 12)) {
+		if err == nil || sinks.IsPermanent(err) {
+			t.Fatalf("message %d: %v, want transient", i, err)
+		}
+	}
 	limited.Store(false)
 	if err := s.Available(); !errors.Is(err, sinks.ErrNotAttempted) {
-		t.Errorf("Available right after Retry-After: %v, want an error wrapping ErrNotAttempted", err)
+		t.Errorf("Available after every response asked to wait: %v, want a pause wrapping ErrNotAttempted", err)
 	}
-	waitFor(t, "the pause to end", func() bool { return s.Available() == nil })
+	waitfor.Condition(t, 15*time.Second, "the pause to end", func() bool { return s.Available() == nil })
 	if waited := time.Since(start); waited < time.Second {
 		t.Errorf("available again after %s, before the 1s the endpoint asked for", waited)
 	}
@@ -121,34 +145,37 @@ func TestSink_RetryAfterSecondsPausesTheSink(t *testing.T) {
 
 func TestSink_DeliverDuringPauseSendsNothing(t *testing.T) {
 	e := newEndpoint(t, 1)
-	e.respond = func(w http.ResponseWriter, r *http.Request) int {
+	e.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
 		w.Header().Set("Retry-After", "120")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return http.StatusServiceUnavailable
-	}
-	s := newSink(t, e, nil)
+	})
+	s := newSink(t, e, func(c *webhook.Config) { c.Concurrency = 1 })
 	err := deliverOne(t, s, message(t, nil))
 	if d, ok := sinks.RetryDelay(err); !ok || d != 120*time.Second {
 		t.Fatalf("503 with Retry-After: 120: %v (delay %s), want a delay of 120s", err, d)
 	}
+	// Nine more such answers: every recent response asked to wait.
+	deliver(t, s, sinktest.Messages(t, 9))
+	before := len(e.Requests())
 	for i, err := range deliver(t, s, sinktest.Messages(t, 5)) {
 		if !errors.Is(err, sinks.ErrNotAttempted) {
 			t.Errorf("message %d during the pause: %v, want ErrNotAttempted", i, err)
 		}
 	}
-	if n := len(e.Requests()); n != 1 {
-		t.Errorf("%d requests, want only the first: nothing is sent during a pause", n)
+	if n := len(e.Requests()); n != before || n != 10 {
+		t.Errorf("%d requests, then %d: want 10, then nothing sent during the pause", before, n)
 	}
 }
 
 func TestSink_RetryAfterHTTPDate(t *testing.T) {
 	e := newEndpoint(t, 1)
 	var retryAt atomic.Value
-	e.respond = func(w http.ResponseWriter, r *http.Request) int {
+	e.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
 		w.Header().Set("Retry-After", retryAt.Load().(time.Time).UTC().Format(http.TimeFormat))
 		w.WriteHeader(http.StatusTooManyRequests)
 		return http.StatusTooManyRequests
-	}
+	})
 	s := newSink(t, e, nil)
 
 	retryAt.Store(time.Now().Add(-time.Hour))
@@ -166,18 +193,15 @@ func TestSink_RetryAfterHTTPDate(t *testing.T) {
 	if d, ok := sinks.RetryDelay(err); !ok || d < time.Second || d > 3*time.Second {
 		t.Errorf("Retry-After 3s ahead: delay %s, %v; want 1s to 3s", d, ok)
 	}
-	if err := s.Available(); err == nil {
-		t.Error("Retry-After as a date did not pause the sink")
-	}
 }
 
 func TestSink_RetryAfterIsClamped(t *testing.T) {
 	e := newEndpoint(t, 1)
-	e.respond = func(w http.ResponseWriter, r *http.Request) int {
+	e.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
 		w.Header().Set("Retry-After", "999999999999999999999")
 		w.WriteHeader(http.StatusTooManyRequests)
 		return http.StatusTooManyRequests
-	}
+	})
 	s := newSink(t, e, func(c *webhook.Config) { c.MaxRetryAfter = 2 * time.Second })
 	err := deliverOne(t, s, message(t, nil))
 	if d, ok := sinks.RetryDelay(err); !ok || d != 2*time.Second {
@@ -187,11 +211,11 @@ func TestSink_RetryAfterIsClamped(t *testing.T) {
 
 func TestSink_InvalidRetryAfterIsIgnored(t *testing.T) {
 	e := newEndpoint(t, 1)
-	e.respond = func(w http.ResponseWriter, r *http.Request) int {
+	e.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
 		w.Header().Set("Retry-After", "soon")
 		w.WriteHeader(http.StatusTooManyRequests)
 		return http.StatusTooManyRequests
-	}
+	})
 	s := newSink(t, e, nil)
 	err := deliverOne(t, s, message(t, nil))
 	if err == nil || sinks.IsPermanent(err) {
@@ -208,7 +232,7 @@ func TestSink_InvalidRetryAfterIsIgnored(t *testing.T) {
 func TestSink_RedirectIsNotFollowed(t *testing.T) {
 	e := newEndpoint(t, 1)
 	var followed atomic.Int32
-	e.respond = func(w http.ResponseWriter, r *http.Request) int {
+	e.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
 		if r.URL.Path == "/moved" {
 			followed.Add(1)
 			w.WriteHeader(http.StatusNoContent)
@@ -218,7 +242,7 @@ func TestSink_RedirectIsNotFollowed(t *testing.T) {
 		w.Header().Set("Location", "/moved?token=s3cret")
 		w.WriteHeader(status)
 		return status
-	}
+	})
 	s := newSink(t, e, nil)
 	for _, status := range []int{301, 302, 303, 307, 308} {
 		err := deliverOne(t, s, message(t, map[string]string{"x-redirect-status": strconv.Itoa(status)}))

@@ -27,6 +27,9 @@ var permanentStatus = map[int]bool{
 	http.StatusRequestEntityTooLarge: true, // 413
 	http.StatusUnsupportedMediaType:  true, // 415
 	http.StatusUnprocessableEntity:   true, // 422
+	// 431: the row's headers are too large for the endpoint; they will
+	// be as large next time.
+	http.StatusRequestHeaderFieldsTooLarge: true,
 }
 
 // StatusError is a response other than 2xx.

@@ -9,6 +9,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
@@ -30,37 +31,37 @@ func TestSink_SignatureVerifiesWithEachSecret(t *testing.T) {
 		t.Fatalf("%d requests, want 1", len(reqs))
 	}
 	r := reqs[0]
-	sigs := strings.Split(r.header.Get("webhook-signature"), " ")
+	sigs := strings.Split(r.Header.Get("webhook-signature"), " ")
 	if len(sigs) != 2 {
-		t.Fatalf("webhook-signature %q: want two space-separated signatures", r.header.Get("webhook-signature"))
+		t.Fatalf("webhook-signature %q: want two space-separated signatures", r.Header.Get("webhook-signature"))
 	}
-	for i, secret := range e.secrets {
+	for i, secret := range e.Secrets {
 		wh, err := standardwebhooks.NewWebhook(secret)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Only this secret's signature: a receiver that has one secret.
-		h := r.header.Clone()
+		h := r.Header.Clone()
 		h.Set("webhook-signature", sigs[i])
-		if err := wh.Verify(r.body, h); err != nil {
+		if err := wh.Verify(r.Body, h); err != nil {
 			t.Errorf("secret %d: %v", i+1, err)
 		}
 	}
-	stranger, err := standardwebhooks.NewWebhook(newSecret(t))
+	stranger, err := standardwebhooks.NewWebhook(webhooktest.NewSecret(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stranger.Verify(r.body, r.header); err == nil {
+	if err := stranger.Verify(r.Body, r.Header); err == nil {
 		t.Error("a secret that was not configured verified the signature")
 	}
-	tampered := append([]byte(nil), r.body...)
+	tampered := append([]byte(nil), r.Body...)
 	tampered[0] ^= 1
-	if err := standardwebhooksMust(t, e.secrets[0]).Verify(tampered, r.header); err == nil {
+	if err := standardwebhooksMust(t, e.Secrets[0]).Verify(tampered, r.Header); err == nil {
 		t.Error("a changed body verified")
 	}
-	ts, err := strconv.ParseInt(r.header.Get("webhook-timestamp"), 10, 64)
+	ts, err := strconv.ParseInt(r.Header.Get("webhook-timestamp"), 10, 64)
 	if err != nil || ts < before || ts > after {
-		t.Errorf("webhook-timestamp %q, want unix seconds from %d to %d", r.header.Get("webhook-timestamp"), before, after)
+		t.Errorf("webhook-timestamp %q, want unix seconds from %d to %d", r.Header.Get("webhook-timestamp"), before, after)
 	}
 }
 
@@ -76,7 +77,7 @@ func standardwebhooksMust(t *testing.T, secret string) *standardwebhooks.Webhook
 func TestSink_WebhookIDStableAcrossRetries(t *testing.T) {
 	e := newEndpoint(t, 1)
 	var calls int
-	e.respond = func(w http.ResponseWriter, r *http.Request) int {
+	e.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
 		calls++ // requests are sequential here
 		if calls == 1 {
 			w.WriteHeader(http.StatusInternalServerError)
@@ -84,7 +85,7 @@ func TestSink_WebhookIDStableAcrossRetries(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 		return http.StatusOK
-	}
+	})
 	s := newSink(t, e, nil)
 	m := message(t, nil)
 	err := deliverOne(t, s, m)
@@ -100,10 +101,10 @@ func TestSink_WebhookIDStableAcrossRetries(t *testing.T) {
 		t.Fatalf("%d requests, want 2", len(reqs))
 	}
 	for i, r := range reqs {
-		if got := r.header.Get("webhook-id"); got != m.IdempotencyKey {
+		if got := r.Header.Get("webhook-id"); got != m.IdempotencyKey {
 			t.Errorf("attempt %d: webhook-id %q, want the idempotency key %q", i+1, got, m.IdempotencyKey)
 		}
-		if got := r.header.Values("Idempotency-Key"); len(got) != 1 || got[0] != m.IdempotencyKey {
+		if got := r.Header.Values("Idempotency-Key"); len(got) != 1 || got[0] != m.IdempotencyKey {
 			t.Errorf("attempt %d: Idempotency-Key %q, want the idempotency key %q", i+1, got, m.IdempotencyKey)
 		}
 	}
@@ -116,18 +117,18 @@ func TestReadmeVerify_RejectsForgeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.Requests()[0]
-	if err := verify(e.secrets[0], r.header, r.body); err != nil {
+	if err := verify(e.Secrets[0], r.Header, r.Body); err != nil {
 		t.Fatalf("genuine request: %v", err)
 	}
-	if err := verify(newSecret(t), r.header, r.body); err == nil {
+	if err := verify(webhooktest.NewSecret(t), r.Header, r.Body); err == nil {
 		t.Error("another secret verified")
 	}
-	if err := verify(e.secrets[0], r.header, append(r.body, ' ')); err == nil {
+	if err := verify(e.Secrets[0], r.Header, append(r.Body, ' ')); err == nil {
 		t.Error("a changed body verified")
 	}
-	old := r.header.Clone()
+	old := r.Header.Clone()
 	old.Set("webhook-timestamp", strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10))
-	if err := verify(e.secrets[0], old, r.body); err == nil {
+	if err := verify(e.Secrets[0], old, r.Body); err == nil {
 		t.Error("an hour-old timestamp verified")
 	}
 }

@@ -22,11 +22,18 @@ type Sink struct {
 	client *http.Client
 	log    *slog.Logger
 	slots  chan struct{} // one per request in flight
-	gate   gate
-	closed atomic.Bool
+	slow   chan struct{} // one per slow request that gave its slot up
+	// latency averages the receiver's response times (slots.go).
+	latency latency
+	gate    gate
+	tls     alarm // failed TLS handshakes
+	closed  atomic.Bool
 }
 
-var _ sinks.Sink = (*Sink)(nil)
+var (
+	_ sinks.Sink     = (*Sink)(nil)
+	_ sinks.Streamer = (*Sink)(nil)
+)
 
 // New validates cfg and returns a sink. It does not contact the URL.
 func New(cfg Config) (*Sink, error) {
@@ -36,10 +43,13 @@ func New(cfg Config) (*Sink, error) {
 	}
 	transport := cfg.Transport
 	if transport == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = cfg.Concurrency
+		t, err := newTransport(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("webhook config: %w", err)
+		}
 		transport = t
 	}
+	log := cfg.Logger.With("sink", "webhook", "url", RedactURL(cfg.URL))
 	return &Sink{
 		cfg: cfg,
 		client: &http.Client{
@@ -47,8 +57,10 @@ func New(cfg Config) (*Sink, error) {
 			// Never follow: a redirect is reported, not obeyed.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		log:   cfg.Logger.With("sink", "webhook", "url", redactURL(cfg.URL)),
+		log:   log,
 		slots: make(chan struct{}, cfg.Concurrency),
+		slow:  make(chan struct{}, slowMax*cfg.Concurrency),
+		tls:   alarm{log: log},
 	}, nil
 }
 
@@ -58,12 +70,22 @@ var (
 	errTimedOut = errors.New("no response within the webhook timeout")
 )
 
-// Deliver posts each message and reports one outcome per message. Requests
-// run concurrently, at most Config.Concurrency across the sink. Messages
-// left when ctx ends, when its deadline is closer than Config.Timeout or
-// when the sink pauses are reported not attempted.
+// Deliver posts each message and returns one outcome per message; see
+// DeliverStream.
 func (s *Sink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
 	errs := make([]error, len(msgs))
+	s.DeliverStream(ctx, msgs, func(i int, err error) { errs[i] = err })
+	return errs
+}
+
+// DeliverStream posts each message and reports its outcome as soon as its
+// response is in (sinks.Streamer). Requests run concurrently, at most
+// Config.Concurrency across the sink, not counting requests that have
+// waited long (see slots.go): those give their slot up, so
+// that a receiver hanging on some requests cannot take every slot. Messages
+// left when ctx ends, when its deadline is closer than Config.Timeout or
+// when the sink pauses are reported not attempted.
+func (s *Sink) DeliverStream(ctx context.Context, msgs []sinks.Message, report func(i int, err error)) {
 	deadline, hasDeadline := ctx.Deadline()
 	var startBy <-chan time.Time // fires when no request can start anymore
 	if hasDeadline {
@@ -74,12 +96,12 @@ func (s *Sink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
 	var wg sync.WaitGroup
 	for i := range msgs {
 		if err := s.startable(ctx, deadline, hasDeadline); err != nil {
-			sinks.Fill(errs[i:], err)
+			reportRest(report, i, len(msgs), err)
 			break
 		}
 		header, err := requestHeader(&msgs[i], s.cfg.UserAgent)
 		if err != nil {
-			errs[i] = err
+			report(i, err)
 			continue
 		}
 		acquired := false
@@ -99,16 +121,23 @@ func (s *Sink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
 			if acquired {
 				<-s.slots
 			}
-			sinks.Fill(errs[i:], err)
+			reportRest(report, i, len(msgs), err)
 			break
 		}
 		wg.Go(func() {
-			defer func() { <-s.slots }()
-			errs[i] = s.post(ctx, &msgs[i], header)
+			held := s.holdSlot()
+			defer held.release()
+			report(i, s.post(ctx, &msgs[i], header))
 		})
 	}
 	wg.Wait()
-	return errs
+}
+
+// reportRest reports err for messages from to n-1.
+func reportRest(report func(int, error), from, n int, err error) {
+	for i := from; i < n; i++ {
+		report(i, err)
+	}
 }
 
 // startable returns why a request cannot start now, or nil.
@@ -140,37 +169,46 @@ func (s *Sink) post(ctx context.Context, m *sinks.Message, header http.Header) e
 	header[headerSignature] = []string{signature(s.cfg.Secrets, m.IdempotencyKey, now.Unix(), m.Payload)}
 	req.Header = header
 
+	sent := time.Now()
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return s.noResponse(ctx, rctx, err)
 	}
+	s.latency.observe(time.Since(sent))
+	s.tls.clear("TLS handshakes with the webhook endpoint succeed again")
 	if s.gate.responded() {
 		s.log.Info("webhook endpoint responds again; circuit breaker closed", "status", resp.StatusCode)
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		discard(resp.Body)
+		s.gate.answered(time.Now(), false, 0, resp.StatusCode)
 		return nil
 	}
 	serr := readResponse(resp)
 	if serr.Permanent() {
+		s.gate.answered(time.Now(), false, 0, resp.StatusCode)
 		return sinks.Permanent(serr)
 	}
 	if v := resp.Header.Get("Retry-After"); v != "" {
 		if d, ok := parseRetryAfter(v, time.Now()); ok {
 			d = min(d, s.cfg.MaxRetryAfter)
-			if s.gate.retryAfter(time.Now(), d, resp.StatusCode) {
-				s.log.Warn("webhook endpoint asked to retry later; pausing deliveries",
+			if s.gate.answered(time.Now(), true, d, resp.StatusCode) {
+				s.log.Warn("most webhook responses ask to retry later; pausing deliveries to the endpoint",
 					"status", resp.StatusCode, "retry_after", d)
 			}
 			return sinks.RetryAfter(fmt.Errorf("%w (Retry-After %s)", serr, d), d)
 		}
 	}
+	s.gate.answered(time.Now(), false, 0, resp.StatusCode)
 	return serr
 }
 
 // noResponse classifies a request that got no response: the caller's
 // context ended (not the endpoint's fault), the request timed out, or the
-// connection failed. The last two count towards the circuit breaker. The
+// connection failed, the TLS handshake included. The last two are
+// transient and count towards the circuit breaker: a certificate that does
+// not verify fails every message alike, so no row is dead-lettered for it.
+// A failed handshake is also logged at error level, once per reason. The
 // URL is left out of the error: it may hold credentials or a token.
 func (s *Sink) noResponse(ctx, rctx context.Context, err error) error {
 	if ctx.Err() != nil {
@@ -183,9 +221,14 @@ func (s *Sink) noResponse(ctx, rctx context.Context, err error) error {
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		err = fmt.Errorf("post webhook: %w", err)
+		if failure := sinks.TLSFailure(err); failure != nil {
+			s.tls.raise("TLS handshake with the webhook endpoint failed: check WEBHOOK_TLS_CA_FILE, WEBHOOK_TLS_CERT_FILE and the endpoint's certificate; retrying", failure.Error())
+			err = fmt.Errorf("post webhook: TLS handshake failed: %w", err)
+		} else {
+			err = fmt.Errorf("post webhook: %w", err)
+		}
 	}
-	if pause := s.gate.connectionFailed(time.Now()); pause > 0 {
+	if pause := s.gate.connectionFailed(time.Now(), err); pause > 0 {
 		s.log.Warn("webhook endpoint is not responding; pausing deliveries",
 			"pause", pause, "err", err)
 	}

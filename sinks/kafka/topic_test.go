@@ -1,0 +1,64 @@
+package kafka_test
+
+import (
+	"strings"
+	"testing"
+
+	kafkasink "github.com/outbox-relay/outbox-relay/sinks/kafka"
+)
+
+func TestValidateTopic(t *testing.T) {
+	tests := []struct {
+		topic string
+		ok    bool
+	}{
+		{"orders", true},
+		{"events.orders.created", true},
+		{"events.orders-v2.created_at", true},
+		{"Orders.2026", true},
+		{"_schemas", true}, // legal; keep rows off it with a prefix or ACLs
+		{strings.Repeat("a", 249), true},
+		{"...", true},
+		{"", false},
+		{".", false},
+		{"..", false},
+		{strings.Repeat("a", 250), false},
+		{"orders created", false},
+		{"orders/created", false},
+		{"orders:created", false},
+		{"orders*", false},
+		{"événements", false},
+		{"orders\n", false},
+		{"__consumer_offsets", false},
+		{"__transaction_state", false},
+		{"__anything", false},
+	}
+	for _, tt := range tests {
+		err := kafkasink.ValidateTopic(tt.topic)
+		if (err == nil) != tt.ok {
+			t.Errorf("ValidateTopic(%q) = %v, want ok=%v", tt.topic, err, tt.ok)
+		}
+	}
+}
+
+func TestValidateTopicPrefix(t *testing.T) {
+	tests := []struct {
+		prefix string
+		ok     bool
+	}{
+		{"", true},
+		{"events.", true},
+		{"prod-orders_", true},
+		{strings.Repeat("a", 248), true},
+		{strings.Repeat("a", 249), false},
+		{"__events.", false},
+		{"events/", false},
+		{"events ", false},
+	}
+	for _, tt := range tests {
+		err := kafkasink.ValidateTopicPrefix(tt.prefix)
+		if (err == nil) != tt.ok {
+			t.Errorf("ValidateTopicPrefix(%q) = %v, want ok=%v", tt.prefix, err, tt.ok)
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package rabbitmq_test
+
+// These tests run the engine (package relay) with the sink: the sink's
+// package never imports relay, its tests may.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/rabbitmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/rabbitmq"
+)
+
+// runRelay runs a relay delivering db's rows to s until the test ends.
+func runRelay(t testing.TB, db *dbtest.Schema, s sinks.Sink, configure func(*relay.Config)) {
+	t.Helper()
+	startRelay(t, db, s, configure)
+}
+
+// startRelay runs a relay delivering db's rows to s, with test-friendly
+// timings unless configure changes them, until stop is called or the test
+// ends. It returns the relay's metrics.
+func startRelay(t testing.TB, db *dbtest.Schema, s sinks.Sink, configure func(*relay.Config)) (stop func(), metrics *relay.Metrics) {
+	t.Helper()
+	cfg := relay.Config{
+		Schema:       db.Name,
+		Sinks:        map[string]sinks.Sink{"rabbitmq": s},
+		PollInterval: 10 * time.Millisecond,
+		Lease:        10 * time.Second,
+		BackoffMin:   50 * time.Millisecond,
+		BackoffMax:   500 * time.Millisecond,
+		DrainTimeout: 2 * time.Second,
+		Logger:       slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Metrics:      relay.NewMetrics(),
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	r, err := relay.New(db.Pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("relay: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("the relay did not stop within 30s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop, cfg.Metrics
+}
+
+func TestRelay_NothingLostWhileTheBrokerDropsConnections(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	v := rabbitmqtest.New(t)
+	v.BindQueue(t, queue, rabbitmq.ExchangeDefault, "events.#", nil)
+	s := newSink(t, v, func(c *rabbitmq.Config) { c.ConfirmTimeout = 5 * time.Second })
+	const n = 20000
+	relaytest.InsertRows(t, db, n, "events.orders.created")
+	runRelay(t, db, s, func(c *relay.Config) { c.BatchSize = 200 })
+
+	closes := 0
+	for i := 1; i <= 5; i++ {
+		waitfor.Condition(t, relaytest.Budget(n), fmt.Sprintf("%d rows archived", i*n/7), func() bool { return db.Count(t, "archive") >= i*n/7 })
+		if db.Count(t, "messages") == 0 {
+			break
+		}
+		v.CloseConnections(t, fmt.Sprintf("outbox-relay test: close %d", i))
+		closes++
+	}
+	if closes < 2 {
+		t.Fatalf("the relay drained the table after %d broker-side closes: the test proves nothing", closes)
+	}
+	relaytest.WaitDrained(t, db, relaytest.Budget(n))
+
+	archived := relaytest.Archive(t, db, "true")
+	if len(archived) != n {
+		t.Fatalf("archive holds %d delivered rows, want %d", len(archived), n)
+	}
+	got := v.WaitTake(t, queue, n, relaytest.Budget(n))
+	seen := map[string]amqp.Delivery{}
+	for _, d := range got {
+		if prev, dup := seen[d.MessageId]; dup && !bytes.Equal(prev.Body, d.Body) {
+			t.Fatalf("two copies of %s differ", d.MessageId)
+		}
+		seen[d.MessageId] = d
+	}
+	lost := 0
+	for key, row := range archived {
+		d, ok := seen[key]
+		if !ok {
+			lost++
+			continue
+		}
+		if !bytes.Equal(d.Body, row.Payload) {
+			t.Fatalf("message %s: body %q, want the row's payload %q", key, d.Body, row.Payload)
+		}
+		if d.ContentType != row.Headers["content-type"] || d.Headers["traceparent"] != row.Headers["traceparent"] {
+			t.Fatalf("message %s: content_type %q and headers %v, want the row's headers %v", key, d.ContentType, d.Headers, row.Headers)
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d rows archived as delivered are not in the queue", lost, n)
+	}
+	t.Logf("%d rows, %d broker-side closes, %d messages in the queue (%d duplicates)", n, closes, len(got), len(got)-len(seen))
+}
