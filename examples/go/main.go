@@ -5,8 +5,11 @@
 //
 // The relay must have created its schema (it does at start, or run
 // `outbox-relay migrate`). RELAY_SCHEMA, when the relay runs with one, names
-// the schema here too. Run it twice: the second outbox insert is a no-op while
-// the first is pending, because the idempotency key is the same.
+// the schema here too. Each run pays a new order, so each records a new event:
+// its idempotency key, order-<id>-paid, names the business event, not the
+// attempt, so that a retry of the same transaction (after a lost COMMIT
+// answer, say) is a no-op, and consumers drop a copy they already processed
+// by that key.
 package main
 
 import (
@@ -28,17 +31,18 @@ func main() {
 	}
 	defer pool.Close()
 
-	// Setup for this example only: the business table and an order to pay.
-	if err := setup(ctx, pool, 42); err != nil {
+	// Setup for this example only: the business table and a new order.
+	id, err := newOrder(ctx, pool)
+	if err != nil {
 		log.Fatal(err)
 	}
 
 	w := outbox.Writer{Schema: os.Getenv("RELAY_SCHEMA"), SkipDuplicates: true}
-	n, err := payOrder(ctx, pool, w, 42)
+	n, err := payOrder(ctx, pool, w, id)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("order 42 paid; outbox rows inserted: %d\n", n)
+	fmt.Printf("order %d paid; outbox rows inserted: %d (idempotency key order-%d-paid)\n", id, n, id)
 }
 
 // payOrder marks an order paid and records the event orders.paid in the same
@@ -51,7 +55,7 @@ func payOrder(ctx context.Context, pool *pgxpool.Pool, w outbox.Writer, id int64
 	}
 	defer tx.Rollback(ctx) // a no-op after Commit
 
-	if _, err := tx.Exec(ctx, "UPDATE orders SET status = 'paid' WHERE id = $1", id); err != nil {
+	if _, err := tx.Exec(ctx, "UPDATE example_orders SET status = 'paid' WHERE id = $1", id); err != nil {
 		return 0, fmt.Errorf("pay order: %w", err)
 	}
 	n, err := w.Insert(ctx, tx, outbox.Message{
@@ -67,13 +71,15 @@ func payOrder(ctx context.Context, pool *pgxpool.Pool, w outbox.Writer, id int64
 	return n, tx.Commit(ctx)
 }
 
-// setup creates the example's business table and an unpaid order.
-func setup(ctx context.Context, pool *pgxpool.Pool, id int64) error {
-	if _, err := pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS orders (id bigint PRIMARY KEY, status text NOT NULL)"); err != nil {
-		return fmt.Errorf("create orders: %w", err)
+// newOrder creates the example's business table when missing and a new
+// unpaid order, and returns its id.
+func newOrder(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	if _, err := pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS example_orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, status text NOT NULL)"); err != nil {
+		return 0, fmt.Errorf("create example_orders: %w", err)
 	}
-	if _, err := pool.Exec(ctx, "INSERT INTO orders (id, status) VALUES ($1, 'new') ON CONFLICT (id) DO NOTHING", id); err != nil {
-		return fmt.Errorf("create order: %w", err)
+	var id int64
+	if err := pool.QueryRow(ctx, "INSERT INTO example_orders (status) VALUES ('new') RETURNING id").Scan(&id); err != nil {
+		return 0, fmt.Errorf("create order: %w", err)
 	}
-	return nil
+	return id, nil
 }

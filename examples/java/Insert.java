@@ -5,8 +5,10 @@
 //
 // (Any PostgreSQL JDBC driver jar works; Debian's is libpostgresql-jdbc-java.)
 // The relay must have created its schema (it does at start, or run
-// `outbox-relay migrate`). Run it twice: the second outbox insert is a no-op
-// while the first is pending, because the idempotency key is the same.
+// `outbox-relay migrate`). Each run pays a new order and records its event
+// with idempotency key order-<id>-paid: the key names the business event, so
+// a retry of the same transaction is a no-op, and consumers drop a copy they
+// already processed by that key.
 
 import java.net.URI;
 import java.nio.charset.StandardCharsets;
@@ -18,16 +20,21 @@ import java.util.Properties;
 public class Insert {
   public static void main(String[] args) throws Exception {
     try (Connection conn = connect(System.getenv("DATABASE_URL"))) {
-      // Setup for this example only: the business table and an order to pay.
+      // Setup for this example only: the business table and a new order.
+      long orderId;
       try (var st = conn.createStatement()) {
-        st.execute("CREATE TABLE IF NOT EXISTS orders (id bigint PRIMARY KEY, status text NOT NULL)");
-        st.execute("INSERT INTO orders (id, status) VALUES (42, 'new') ON CONFLICT (id) DO NOTHING");
+        st.execute("CREATE TABLE IF NOT EXISTS example_orders "
+            + "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, status text NOT NULL)");
+        try (var rs = st.executeQuery("INSERT INTO example_orders (status) VALUES ('new') RETURNING id")) {
+          rs.next();
+          orderId = rs.getLong(1);
+        }
       }
 
       conn.setAutoCommit(false);
       try {
-        try (var st = conn.prepareStatement("UPDATE orders SET status = 'paid' WHERE id = ?")) {
-          st.setLong(1, 42);
+        try (var st = conn.prepareStatement("UPDATE example_orders SET status = 'paid' WHERE id = ?")) {
+          st.setLong(1, orderId);
           st.executeUpdate();
         }
         int inserted;
@@ -35,14 +42,15 @@ public class Insert {
             "INSERT INTO outbox.messages (topic, payload, key, headers, idempotency_key) " +
             "VALUES (?, ?, ?, ?::jsonb, ?) ON CONFLICT (idempotency_key) DO NOTHING")) {
           st.setString(1, "orders.paid");
-          st.setBytes(2, "{\"order_id\": 42}".getBytes(StandardCharsets.UTF_8));
-          st.setString(3, "order-42");
+          st.setBytes(2, ("{\"order_id\": " + orderId + "}").getBytes(StandardCharsets.UTF_8));
+          st.setString(3, "order-" + orderId);
           st.setString(4, "{\"content-type\": \"application/json\"}");
-          st.setString(5, "order-42-paid");
+          st.setString(5, "order-" + orderId + "-paid");
           inserted = st.executeUpdate();
         }
         conn.commit();
-        System.out.println("order 42 paid; outbox rows inserted: " + inserted);
+        System.out.println("order " + orderId + " paid; outbox rows inserted: " + inserted
+            + " (idempotency key order-" + orderId + "-paid)");
       } catch (SQLException e) {
         conn.rollback();
         throw e;

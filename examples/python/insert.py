@@ -4,8 +4,10 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python3 examples/python/insert.py
 
 The relay must have created its schema (it does at start, or run
-`outbox-relay migrate`). Run it twice: the second outbox insert is a no-op
-while the first is pending, because the idempotency key is the same.
+`outbox-relay migrate`). Each run pays a new order and records its event
+with idempotency key order-<id>-paid: the key names the business event, so a
+retry of the same transaction is a no-op, and consumers drop a copy they
+already processed by that key.
 """
 
 import json
@@ -14,15 +16,16 @@ import os
 import psycopg
 
 with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
-    # Setup for this example only: the business table and an order to pay.
-    conn.execute("CREATE TABLE IF NOT EXISTS orders (id bigint PRIMARY KEY, status text NOT NULL)")
-    conn.execute("INSERT INTO orders (id, status) VALUES (42, 'new') ON CONFLICT (id) DO NOTHING")
+    # Setup for this example only: the business table and a new order.
+    conn.execute("CREATE TABLE IF NOT EXISTS example_orders "
+                 "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, status text NOT NULL)")
+    order_id = conn.execute("INSERT INTO example_orders (status) VALUES ('new') RETURNING id").fetchone()[0]
 
     with conn.transaction():
-        conn.execute("UPDATE orders SET status = 'paid' WHERE id = %s", (42,))
+        conn.execute("UPDATE example_orders SET status = 'paid' WHERE id = %s", (order_id,))
         cur = conn.execute(
             "INSERT INTO outbox.messages (topic, payload, key, headers, idempotency_key) "
             "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (idempotency_key) DO NOTHING",
-            ("orders.paid", json.dumps({"order_id": 42}).encode(), "order-42",
-             json.dumps({"content-type": "application/json"}), "order-42-paid"))
-    print(f"order 42 paid; outbox rows inserted: {cur.rowcount}")
+            ("orders.paid", json.dumps({"order_id": order_id}).encode(), f"order-{order_id}",
+             json.dumps({"content-type": "application/json"}), f"order-{order_id}-paid"))
+    print(f"order {order_id} paid; outbox rows inserted: {cur.rowcount} (idempotency key order-{order_id}-paid)")
