@@ -43,7 +43,7 @@ const claimShutdownGrace = time.Second
 type claimer struct {
 	// what names the rows it claims, for logs.
 	what  string
-	claim func(ctx context.Context, limit int, bytes int64, exclude []string) ([]claimed, error)
+	claim func(ctx context.Context, limit int, bytes int64, oversized bool, exclude []string) ([]claimed, error)
 	// wake, when set, ends a pause at once: a settle made rows claimable.
 	wake <-chan struct{}
 	// batch, when set, is the most rows per claim; else BatchSize.
@@ -74,7 +74,7 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 		// pause after it.
 		notified := r.notified.wait()
 		closed, open := r.sinkStates()
-		bytes := r.inflight.takeBytes(len(r.claimHealth))
+		bytes, oversized := r.inflight.takeBytes(len(r.claimHealth))
 		limit := 0
 		if bytes > 0 {
 			limit = r.inflight.reserve(open, cmp.Or(c.batch, r.cfg.BatchSize))
@@ -96,7 +96,7 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 		// begins, so that a hung database cannot hold the shutdown.
 		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/4)
 		cutOff := context.AfterFunc(ctx, func() { time.AfterFunc(claimShutdownGrace, cancel) })
-		batch, err := c.claim(claimCtx, limit, bytes, closed)
+		batch, err := c.claim(claimCtx, limit, bytes, oversized, closed)
 		cutOff()
 		cancel()
 		used := map[string]int{}
@@ -176,11 +176,12 @@ func (r *Relay) sinkStates() (closed, open []string) {
 }
 
 // claim leases up to limit due rows whose sink is not in exclude, with
-// payloads of at most bytes in all (at least one row), and returns them in
+// payloads of at most bytes in all (the first row whatever its size when
+// oversized), and returns them in
 // insert order. In ordered mode it takes only rows without a key.
-func (r *Relay) claim(ctx context.Context, limit int, bytes int64, exclude []string) ([]claimed, error) {
+func (r *Relay) claim(ctx context.Context, limit int, bytes int64, oversized bool, exclude []string) ([]claimed, error) {
 	start := time.Now()
-	rows, err := r.pool.Query(ctx, r.q.claim, planPerExecution, r.cfg.ID, r.cfg.DefaultSink, exclude, limit, r.cfg.Lease, bytes)
+	rows, err := r.pool.Query(ctx, r.q.claim, planPerExecution, r.cfg.ID, r.cfg.DefaultSink, exclude, limit, r.cfg.Lease, bytes, oversized)
 	if err != nil {
 		return nil, fmt.Errorf("claim batch: %w", err)
 	}
@@ -195,9 +196,9 @@ func (r *Relay) claim(ctx context.Context, limit int, bytes int64, exclude []str
 // claimLanes, in ordered mode, leases the heads of up to limit due lanes
 // whose sink is not in exclude (queryLanesClaim), then prunes the lanes it
 // found empty.
-func (r *Relay) claimLanes(ctx context.Context, limit int, bytes int64, exclude []string) ([]claimed, error) {
+func (r *Relay) claimLanes(ctx context.Context, limit int, bytes int64, oversized bool, exclude []string) ([]claimed, error) {
 	start := time.Now()
-	rows, err := r.pool.Query(ctx, r.q.claimLanes, planPerExecution, r.cfg.ID, r.cfg.DefaultSink, exclude, limit, r.cfg.Lease, laneRecheck, bytes)
+	rows, err := r.pool.Query(ctx, r.q.claimLanes, planPerExecution, r.cfg.ID, r.cfg.DefaultSink, exclude, limit, r.cfg.Lease, laneRecheck, bytes, oversized)
 	if err != nil {
 		return nil, fmt.Errorf("claim heads of keys: %w", err)
 	}

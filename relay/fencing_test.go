@@ -32,7 +32,7 @@ func TestSettle_ARetriedReleaseCannotEndANewerLease(t *testing.T) {
 	a, b := newRelay("relay-a"), newRelay("relay-b")
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload) VALUES ('t', 'x')`)
 
-	claimedByA, err := a.claim(ctx, 10, 1<<30, []string{})
+	claimedByA, err := a.claim(ctx, 10, 1<<30, true, []string{})
 	if err != nil || len(claimedByA) != 1 {
 		t.Fatalf("relay A claimed %d rows, %v", len(claimedByA), err)
 	}
@@ -40,7 +40,7 @@ func TestSettle_ARetriedReleaseCannotEndANewerLease(t *testing.T) {
 	if err := a.settle(ctx, release); err != nil {
 		t.Fatal(err)
 	}
-	claimedByB, err := b.claim(ctx, 10, 1<<30, []string{})
+	claimedByB, err := b.claim(ctx, 10, 1<<30, true, []string{})
 	if err != nil || len(claimedByB) != 1 {
 		t.Fatalf("relay B claimed %d rows, %v", len(claimedByB), err)
 	}

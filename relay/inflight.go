@@ -23,18 +23,22 @@ func newInFlight(limit int, byteLimit int64) *inFlight {
 
 // takeBytes reserves, for one of n concurrent claims, its share of the
 // payload bytes the relay may still hold, and returns it (0 when none is
-// left: the claim waits). The claim gives back what it did not use with
-// addBytes, so that claims running at once stay within the budget together.
-func (f *inFlight) takeBytes(n int) int64 {
+// left: the claim waits), and whether the claim may take one row larger
+// than its share: only when the relay holds no payload at all, so that a
+// row larger than the whole budget goes alone and the budget holds
+// otherwise. The claim gives back what it did not use with addBytes, so
+// that claims running at once stay within the budget together.
+func (f *inFlight) takeBytes(n int) (share int64, oversized bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	room := f.byteLimit - f.bytes
 	if room <= 0 {
-		return 0
+		return 0, false
 	}
-	share := max(room/int64(n), 1)
+	oversized = f.bytes == 0
+	share = max(room/int64(n), 1)
 	f.bytes += share
-	return share
+	return share, oversized
 }
 
 // addBytes counts n payload bytes claimed (negative: settled).

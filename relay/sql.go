@@ -30,12 +30,13 @@ const (
 	nextClaimSeq = `CASE WHEN m.claim_seq >= 2147483646 OR m.claim_seq < 0 THEN 1 ELSE m.claim_seq + 1 END`
 )
 
-// withinBytes selects, from the rows of a CTE named %s (id, leased_by,
-// available_at, size), oldest first, those whose payloads add up to at most
-// the byte budget (the claim's parameter %s), and always the first: a claim
-// never leases more payload bytes than the relay may hold, and a single row
-// larger than the budget still goes. withinBytesDue and withinBytesLocked
-// are it for the two claims.
+// withinBytes selects, from the rows of a CTE (due or locked: id,
+// leased_by, available_at, size), oldest first, those whose payloads add up
+// to at most the byte budget (the claim's next-to-last parameter), and the
+// first row whatever its size when the last parameter is true (the relay
+// holds nothing else): a claim never leases more payload bytes than the
+// relay may hold, and a single row larger than the whole budget still goes,
+// alone. withinBytesDue and withinBytesLocked are it for the two claims.
 const (
 	withinBytesDue = `
     SELECT id, leased_by FROM (
@@ -43,14 +44,14 @@ const (
                sum(size) OVER (ORDER BY available_at, id) AS upto,
                row_number() OVER (ORDER BY available_at, id) AS n
           FROM due) AS s
-     WHERE n = 1 OR upto <= $6::bigint`
+     WHERE upto <= $6::bigint OR (n = 1 AND $7::bool)`
 	withinBytesLocked = `
     SELECT id, leased_by FROM (
         SELECT id, leased_by,
                sum(size) OVER (ORDER BY available_at, id) AS upto,
                row_number() OVER (ORDER BY available_at, id) AS n
           FROM locked) AS s
-     WHERE n = 1 OR upto <= $7::bigint`
+     WHERE upto <= $7::bigint OR (n = 1 AND $8::bool)`
 )
 
 // Every statement the relay runs. %[1]s is the quoted schema (and %[2]s,
@@ -60,7 +61,8 @@ const (
 // queryMessagesClaim leases up to $4 due rows, oldest first, skipping rows
 // other relays hold locked or leased and rows whose sink is in $3
 // (unavailable or at capacity), and stopping before the payloads pass $6
-// bytes (at least one row is leased; withinBytes). It writes no indexed column, so the update
+// bytes (the first row goes whatever its size when $7; withinBytes). It
+// writes no indexed column, so the update
 // is HOT. The update finds the rows by primary key from the locked set (an
 // array, so that the planner cannot choose to scan and hash the whole table
 // instead). It returns, per row, whether the row was rescued from an expired
@@ -107,8 +109,10 @@ const unkeyedClaimCondition = `
 // of the lease when its head was claimed (so that an expired lease makes it
 // due again), to its head's available_at when the head waits (delayed, in
 // backoff), to the end of the head's lease when another claim holds it, and
-// $6 ahead when the head's sink is closed (and when its payload did not fit
-// in the $7 bytes this claim may take). Its rows are those of
+// $6 ahead when the head's sink is closed. A lane whose head did not fit in
+// the $7 bytes this claim may take (the first goes whatever its size when
+// $8; withinBytes) stays due, in its place, for the claim after the next
+// settle. Its rows are those of
 // queryMessagesClaim, then one row per lane that has no head left, with
 // only the last column, that lane's key, set: the caller prunes them
 // (lanes_prune). The cost follows the lanes claimed, not the rows queued
@@ -156,6 +160,7 @@ WITH due_lanes AS MATERIALIZED (
     UPDATE %[1]s.lanes AS l
        SET available_at = CASE
                WHEN h.id = ANY (ARRAY(SELECT id FROM claimable)) THEN now() + $5::interval
+               WHEN h.id = ANY (ARRAY(SELECT id FROM locked)) THEN l.available_at
                WHEN h.available_at > now() THEN h.available_at
                WHEN h.leased_until > now() THEN least(h.leased_until, now() + $5::interval)
                ELSE now() + $6::interval

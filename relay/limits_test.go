@@ -1,0 +1,133 @@
+package relay_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
+)
+
+// heldBySink is a slow sink that records the most rows and payload bytes it
+// held at once.
+type heldBySink struct {
+	mu               sync.Mutex
+	rows, bytes      int
+	maxRows, maxByte int
+}
+
+func (h *heldBySink) sink(hold time.Duration) *sinktest.Func {
+	return &sinktest.Func{DeliverFunc: func(ctx context.Context, msgs []sinks.Message) []error {
+		n := 0
+		for _, m := range msgs {
+			n += len(m.Payload)
+		}
+		h.mu.Lock()
+		h.rows, h.bytes = h.rows+len(msgs), h.bytes+n
+		h.maxRows, h.maxByte = max(h.maxRows, h.rows), max(h.maxByte, h.bytes)
+		h.mu.Unlock()
+		time.Sleep(hold)
+		h.mu.Lock()
+		h.rows, h.bytes = h.rows-len(msgs), h.bytes-n
+		h.mu.Unlock()
+		return make([]error, len(msgs))
+	}}
+}
+
+// leasedPeak samples the rows leased in the hot table (claimed and not yet
+// settled: in flight) until ctx ends, and returns the most rows and payload
+// bytes seen at once.
+func leasedPeak(ctx context.Context, b *bundle) (rows, bytes *int, done <-chan struct{}) {
+	rows, bytes = new(int), new(int)
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		for ctx.Err() == nil {
+			var n, sum int
+			err := b.db.Pool.QueryRow(ctx, "SELECT count(*), coalesce(sum(octet_length(payload)), 0) FROM "+
+				b.db.Table("messages")+" WHERE leased_by IS NOT NULL").Scan(&n, &sum)
+			if err == nil {
+				*rows, *bytes = max(*rows, n), max(*bytes, sum)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return rows, bytes, ch
+}
+
+// insertSized inserts n rows whose payloads are size bytes each, each with
+// a key of its own when keyed.
+func insertSized(t *testing.T, b *bundle, n, size int, keyed bool) {
+	t.Helper()
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key)
+SELECT 'events.a', convert_to(repeat(chr(97 + i % 26), $1), 'UTF8'), CASE WHEN $3 THEN 'k-' || $1 || '-' || i END
+  FROM generate_series(1, $2) AS i`, size, n, keyed)
+}
+
+// RELAY_MAX_IN_FLIGHT is a ceiling: never more rows claimed and unsettled,
+// even with the sink slow and a long backlog.
+func TestRelay_RowsInFlightNeverExceedMaxInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	cfg.BatchSize, cfg.MaxInFlight = 4, 10
+	held := &heldBySink{}
+	cfg.Sinks = map[string]sinks.Sink{"nats": held.sink(20 * time.Millisecond)}
+	insertSized(t, b, 300, 100, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	rows, _, sampled := leasedPeak(ctx, b)
+	start(t, b, cfg)
+	relaytest.WaitDrained(t, b.db, relaytest.Budget(300))
+	cancel()
+	<-sampled
+	if *rows > cfg.MaxInFlight || held.maxRows > cfg.MaxInFlight {
+		t.Errorf("in flight at once: %d rows leased, %d in the sink; want at most RELAY_MAX_IN_FLIGHT=%d", *rows, held.maxRows, cfg.MaxInFlight)
+	}
+	if *rows < cfg.BatchSize {
+		t.Errorf("at most %d rows were ever leased at once: the sampling saw no claim", *rows)
+	}
+}
+
+// RELAY_MAX_IN_FLIGHT_BYTES bounds the payload bytes claimed and unsettled
+// (the relay's memory), and a row larger than the whole budget is still
+// delivered, alone; in ordered mode too, where keyed rows are claimed by
+// their lanes.
+func TestRelay_PayloadBytesInFlightNeverExceedTheByteBudget(t *testing.T) {
+	t.Parallel()
+	for _, ordered := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unordered", true: "ordered"}[ordered], func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			cfg := b.config(t)
+			cfg.Ordered = ordered
+			cfg.MaxInFlightBytes = 64 << 10 // two 30,000-byte rows fit, three do not
+			held := &heldBySink{}
+			cfg.Sinks = map[string]sinks.Sink{"nats": held.sink(20 * time.Millisecond)}
+			insertSized(t, b, 60, 30_000, ordered)
+			insertSized(t, b, 1, 100_000, ordered) // over the budget on its own
+			insertSized(t, b, 20, 30_000, false)
+			ctx, cancel := context.WithCancel(context.Background())
+			_, bytes, sampled := leasedPeak(ctx, b)
+			start(t, b, cfg)
+			relaytest.WaitDrained(t, b.db, relaytest.Budget(81))
+			cancel()
+			<-sampled
+			if got := b.db.Count(t, "archive"); got != 81 {
+				t.Errorf("archived %d rows, want all 81", got)
+			}
+			limit := int(cfg.MaxInFlightBytes)
+			if held.maxByte > 100_000 || *bytes > 100_000 {
+				t.Errorf("payload bytes in flight at once: %d leased, %d in the sink; want at most the budget %d, or the one larger row alone",
+					*bytes, held.maxByte, limit)
+			}
+			// Apart from the large row's turn, the budget holds exactly:
+			// the sink never held three 30,000-byte rows.
+			if held.maxRows > 2 {
+				t.Errorf("the sink held %d rows at once; two 30,000-byte rows fill a %d-byte budget", held.maxRows, limit)
+			}
+		})
+	}
+}
