@@ -416,3 +416,50 @@ func TestDeploy_DashboardQueriesParse(t *testing.T) {
 		t.Fatalf("promtool check rules on the dashboard's queries: %v\n%s\n%s", err, out, data)
 	}
 }
+
+// alertsTable renders the alerting rules as the README shows them.
+func alertsTable(rules []rule) string {
+	cell := strings.NewReplacer("|", `\|`, "\n", " ")
+	oneLine := func(s string) string {
+		s = strings.Join(strings.Fields(s), " ")
+		return strings.NewReplacer("( ", "(", " )", ")").Replace(s)
+	}
+	var b strings.Builder
+	b.WriteString("| alert | severity | expression (PromQL) | for | what it means, what to run |\n| --- | --- | --- | --- | --- |\n")
+	for _, r := range rules {
+		if r.Alert == "" {
+			continue
+		}
+		forDuration := "at once"
+		if r.For != "" {
+			forDuration = r.For
+		}
+		b.WriteString("| " + r.Alert + " | " + r.Labels["severity"] + " | `" + cell.Replace(oneLine(r.Expr)) + "` | " +
+			forDuration + " | " + cell.Replace(oneLine(r.Annotations["description"])) + " |\n")
+	}
+	return b.String()
+}
+
+func TestREADME_AlertsTable(t *testing.T) {
+	readme, err := os.ReadFile(repoFile("README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- alerts:begin", "<!-- alerts:end -->"
+	s := string(readme)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		t.Fatalf("README.md has no %s … %s section", begin, end)
+	}
+	start := i + strings.Index(s[i:], "-->") + len("-->\n")
+	want := alertsTable(loadRules(t))
+	if *update {
+		if err := os.WriteFile(repoFile("README.md"), []byte(s[:start]+want+s[j:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if s[start:j] != want {
+		t.Errorf("README's alert table is out of step with %s; run go test ./internal/cli -run TestREADME_AlertsTable -update to regenerate it", rulesFile)
+	}
+}
