@@ -42,16 +42,10 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 	}
 
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := relay.NewMetrics()
-	if err := metrics.Register(registry); err != nil {
-		return fmt.Errorf("register metrics: %w", err)
+	metrics, problems, err := registerMetrics(registry)
+	if err != nil {
+		return err
 	}
-	problems := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "outbox_relay_sink_problem",
-		Help: "1 when a sink's start-up check found a problem with the destination's setup, by sink and problem (nats: no_stream, short_dedup_window; kafka: auth_failed, no_producer_id, no_topics; rabbitmq: no_exchange, auth_failed, vhost_refused, tls_failed).",
-	}, []string{"sink", "problem"})
-	registry.MustRegister(problems)
 
 	var ep *endpoint
 	if s.HTTPAddr != "" {
@@ -110,6 +104,31 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 			Allowed: "the mode of the relays already running on RELAY_SCHEMA"}
 	}
 	return err
+}
+
+// registerMetrics registers everything /metrics serves on reg: the Go
+// runtime's and the process's collectors, the relay's, and the gauge of the
+// sinks' start-up checks, which it returns with the relay's. The alerting
+// rules and the dashboard under deploy/ are checked against these names.
+func registerMetrics(reg prometheus.Registerer) (*relay.Metrics, *prometheus.GaugeVec, error) {
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, nil, fmt.Errorf("register metrics: %w", err)
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, nil, fmt.Errorf("register metrics: %w", err)
+	}
+	metrics := relay.NewMetrics()
+	if err := metrics.Register(reg); err != nil {
+		return nil, nil, fmt.Errorf("register metrics: %w", err)
+	}
+	problems := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "outbox_relay_sink_problem",
+		Help: "1 when a sink's start-up check found a problem with the destination's setup, by sink and problem (nats: no_stream, short_dedup_window; kafka: auth_failed, no_producer_id, no_topics; rabbitmq: no_exchange, auth_failed, vhost_refused, tls_failed).",
+	}, []string{"sink", "problem"})
+	if err := reg.Register(problems); err != nil {
+		return nil, nil, fmt.Errorf("register metrics: %w", err)
+	}
+	return metrics, problems, nil
 }
 
 // openSinks opens every configured sink with its settings. The returned
