@@ -30,6 +30,9 @@ const versionTable = "schema_version"
 //go:embed sql/*.sql
 var files embed.FS
 
+//go:embed least_privilege.sql
+var leastPrivilege string
+
 // ValidateSchema reports whether name can be used as the relay's schema;
 // see outbox.ValidateSchema.
 func ValidateSchema(name string) error { return outbox.ValidateSchema(name) }
@@ -64,8 +67,17 @@ func Apply(ctx context.Context, conn *pgx.Conn, schema string) (int, error) {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtext($1))", lockName(schema))
 	}()
 
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+Quote(schema)); err != nil {
-		return 0, fmt.Errorf("create schema %s: %w", schema, err)
+	// CREATE SCHEMA, even IF NOT EXISTS, needs CREATE on the database: an
+	// owner given the schema by a DBA (CREATE SCHEMA … AUTHORIZATION) may
+	// not have it, so the schema is created only when it is missing.
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)", schema).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("look up schema %s: %w", schema, err)
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+Quote(schema)); err != nil {
+			return 0, fmt.Errorf("create schema %s: %w", schema, err)
+		}
 	}
 	m, err := load(ctx, conn, schema)
 	if err != nil {
@@ -153,6 +165,49 @@ func Render(schema string) (string, error) {
 	fmt.Fprintf(&b, "INSERT INTO %s.%s (version) VALUES (%d);\n\n", q, versionTable, len(m.Migrations))
 	b.WriteString("COMMIT;\n")
 	return b.String(), nil
+}
+
+// Roles names the roles that least_privilege.sql grants to.
+type Roles struct {
+	// Producer inserts rows into messages, nothing else.
+	Producer string
+	// Relay runs the relay with RELAY_MIGRATE=false.
+	Relay string
+	// Operator runs status, dead, replay and cancel.
+	Operator string
+}
+
+// LeastPrivilegeScript returns migrations/least_privilege.sql as it is:
+// a psql script whose schema and roles are the psql variables schema,
+// producer, relay and operator.
+func LeastPrivilegeScript() string { return leastPrivilege }
+
+// LeastPrivilege returns the grants of least_privilege.sql for schema and
+// roles as plain SQL, without psql's meta-commands, for any client to run
+// (as the schema's owner, once its migrations are applied).
+func LeastPrivilege(schema string, roles Roles) (string, error) {
+	if err := ValidateSchema(schema); err != nil {
+		return "", err
+	}
+	vars := map[string]string{"schema": schema, "producer": roles.Producer, "relay": roles.Relay, "operator": roles.Operator}
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(leastPrivilege, "\n") {
+		if strings.HasPrefix(line, `\`) {
+			continue // psql's meta-commands: the variables' defaults
+		}
+		b.WriteString(line)
+	}
+	sql := b.String()
+	for name, value := range vars {
+		if value == "" {
+			return "", fmt.Errorf("least-privilege grants: no name for the %s role", name)
+		}
+		sql = strings.ReplaceAll(sql, `:"`+name+`"`, pgx.Identifier{value}.Sanitize())
+	}
+	if i := strings.Index(sql, `:"`); i >= 0 {
+		return "", fmt.Errorf("least-privilege grants: unknown psql variable at %q", sql[i:min(i+20, len(sql))])
+	}
+	return sql, nil
 }
 
 // load builds a tern migrator for schema over the embedded files. A nil conn

@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -195,4 +196,73 @@ func redact(url string) string {
 		return strings.ReplaceAll(url, cfg.Password, "xxxxx")
 	}
 	return url
+}
+
+// Role is a database user created for one test: LOGIN, no other attribute,
+// no privilege until the test grants some.
+type Role struct {
+	// Name is the role's name.
+	Name string
+	// URL is the test database's connection string with this role as the
+	// user, and its password.
+	URL string
+}
+
+// NewRole creates a uniquely named login role for t, with a random
+// password (so that it connects whatever the test database's
+// authentication), and drops it at cleanup together with everything it
+// owns and every privilege granted to it. purpose ends its name.
+func NewRole(t testing.TB, purpose string) *Role {
+	t.Helper()
+	ctx := context.Background()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "t_" + hex.EncodeToString(b[:]) + "_" + unsafeChars.ReplaceAllString(strings.ToLower(purpose), "_")
+	password := hex.EncodeToString(b[:]) + "-pw"
+	base := URL()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("no PostgreSQL reachable at %s to create role %s: %v (database tests never skip)", redact(base), name, err)
+	}
+	defer conn.Close(ctx)
+	quoted := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, "CREATE ROLE "+quoted+" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD '"+password+"'"); err != nil {
+		t.Fatalf("create role %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), base)
+		if err != nil {
+			t.Errorf("drop role %s: %v", name, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		// Sessions a killed process left behind would hold objects.
+		_, _ = conn.Exec(context.Background(), "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE usename = $1", name)
+		if _, err := conn.Exec(context.Background(), "DROP OWNED BY "+quoted+" CASCADE"); err != nil {
+			t.Errorf("drop what role %s owns: %v", name, err)
+		}
+		if _, err := conn.Exec(context.Background(), "DROP ROLE "+quoted); err != nil {
+			t.Errorf("drop role %s: %v", name, err)
+		}
+	})
+	u, err := urlAs(base, name, password)
+	if err != nil {
+		t.Fatalf("TEST_DATABASE_URL: %v", err)
+	}
+	return &Role{Name: name, URL: u}
+}
+
+// urlAs returns the connection string base with user and password
+// replaced.
+func urlAs(base, user, password string) (string, error) {
+	if !strings.Contains(base, "://") {
+		// key=value form: later keys win.
+		return base + " user=" + user + " password=" + password, nil
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("not a valid URL: %w", err)
+	}
+	u.User = url.UserPassword(user, password)
+	return u.String(), nil
 }
