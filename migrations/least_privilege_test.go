@@ -40,46 +40,6 @@ func TestLeastPrivilege_RendersThePsqlScript(t *testing.T) {
 	}
 }
 
-// ownedSchema is a schema a DBA created for its own owner role (CREATE
-// SCHEMA … AUTHORIZATION), migrated by that role, which has no privilege on
-// the database, and with the least-privilege grants applied by it.
-type ownedSchema struct {
-	db                               *dbtest.Schema
-	owner, producer, relay, operator *dbtest.Role
-}
-
-func newOwnedSchema(t *testing.T) ownedSchema {
-	t.Helper()
-	ctx := context.Background()
-	s := ownedSchema{db: dbtest.NewEmpty(t), owner: dbtest.NewRole(t, "owner"),
-		producer: dbtest.NewRole(t, "producer"), relay: dbtest.NewRole(t, "relay"), operator: dbtest.NewRole(t, "operator")}
-	if _, err := s.db.Pool.Exec(ctx, "CREATE SCHEMA "+migrations.Quote(s.db.Name)+" AUTHORIZATION "+pgx.Identifier{s.owner.Name}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	owner := connectAs(t, s.owner)
-	if n, err := migrations.Apply(ctx, owner, s.db.Name); err != nil || n != int(migrations.Latest()) {
-		t.Fatalf("the schema's owner, without CREATE on the database, migrated: %d, %v; want %d migrations", n, err, migrations.Latest())
-	}
-	grants, err := migrations.LeastPrivilege(s.db.Name, migrations.Roles{Producer: s.producer.Name, Relay: s.relay.Name, Operator: s.operator.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := owner.Exec(ctx, grants); err != nil {
-		t.Fatalf("the schema's owner applies the grants: %v", err)
-	}
-	return s
-}
-
-func connectAs(t *testing.T, role *dbtest.Role) *pgx.Conn {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), role.URL)
-	if err != nil {
-		t.Fatalf("connect as %s: %v", role.Name, err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
-}
-
 // wantDenied fails t unless sql fails with insufficient_privilege.
 func wantDenied(t *testing.T, conn *pgx.Conn, what, sql string) {
 	t.Helper()
@@ -93,9 +53,9 @@ func wantDenied(t *testing.T, conn *pgx.Conn, what, sql string) {
 func TestLeastPrivilege_ProducerInsertsAndNothingElse(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newOwnedSchema(t)
-	q := migrations.Quote(s.db.Name)
-	producer := connectAs(t, s.producer)
+	s := dbtest.NewLeastPrivilege(t)
+	q := migrations.Quote(s.Name)
+	producer := s.ConnAs(t, s.Producer)
 
 	insert := "INSERT INTO " + q + ".messages (topic, payload, key, headers, idempotency_key) VALUES ($1, $2, $3, $4::jsonb, $5) ON CONFLICT (idempotency_key) DO NOTHING"
 	for i, want := range []int64{1, 0} { // the second insert hits ON CONFLICT
@@ -111,16 +71,16 @@ func TestLeastPrivilege_ProducerInsertsAndNothingElse(t *testing.T) {
 		t.Errorf("producer plain insert: %v", err)
 	}
 	// The lane trigger of ordered mode runs with its owner's rights.
-	if _, err := s.db.Pool.Exec(ctx, "UPDATE "+q+".relay_mode SET mode = 'ordered'"); err != nil {
+	if _, err := s.Pool.Exec(ctx, "UPDATE "+q+".relay_mode SET mode = 'ordered'"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := producer.Exec(ctx, "INSERT INTO "+q+".messages (topic, payload, key) VALUES ('orders.created', 'x', 'order-43')"); err != nil {
 		t.Errorf("producer insert in ordered mode: %v", err)
 	}
-	if n := s.db.Count(t, "lanes"); n != 1 {
+	if n := s.Count(t, "lanes"); n != 1 {
 		t.Errorf("the producer's keyed insert opened %d lanes, want 1", n)
 	}
-	if n := s.db.Count(t, "messages"); n != 3 {
+	if n := s.Count(t, "messages"); n != 3 {
 		t.Errorf("messages holds %d rows, want 3", n)
 	}
 
@@ -134,15 +94,28 @@ func TestLeastPrivilege_ProducerInsertsAndNothingElse(t *testing.T) {
 	wantDenied(t, producer, "producer creates a table", "CREATE TABLE "+q+".evil (id int)")
 }
 
+func TestApply_OwnerWithoutCreateOnTheDatabaseMigratesItsSchema(t *testing.T) {
+	t.Parallel()
+	s := dbtest.NewOwnedEmpty(t)
+	owner := s.ConnAs(t, s.Owner)
+	if n, err := migrations.Apply(context.Background(), owner, s.Name); err != nil || n != int(migrations.Latest()) {
+		t.Fatalf("Apply as the schema's owner: %d, %v; want %d migrations", n, err, migrations.Latest())
+	}
+	if n, err := migrations.Apply(context.Background(), owner, s.Name); err != nil || n != 0 {
+		t.Errorf("Apply again: %d, %v; want nothing to do", n, err)
+	}
+	wantDenied(t, owner, "the owner creates a schema", "CREATE SCHEMA IF NOT EXISTS "+migrations.Quote(s.Name))
+}
+
 func TestLeastPrivilege_EveryTableIsGranted(t *testing.T) {
 	t.Parallel()
-	s := newOwnedSchema(t)
-	rows, err := s.db.Pool.Query(context.Background(), `
+	s := dbtest.NewLeastPrivilege(t)
+	rows, err := s.Pool.Query(context.Background(), `
 SELECT c.relname, has_table_privilege($2, c.oid, 'SELECT'), has_table_privilege($3, c.oid, 'SELECT'),
        has_table_privilege($2, c.oid, 'TRUNCATE') OR has_table_privilege($3, c.oid, 'TRUNCATE')
   FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
  WHERE n.nspname = $1 AND c.relkind = 'r'
- ORDER BY 1`, s.db.Name, s.relay.Name, s.operator.Name)
+ ORDER BY 1`, s.Name, s.Relay.Name, s.Operator.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -266,3 +266,82 @@ func urlAs(base, user, password string) (string, error) {
 	u.User = url.UserPassword(user, password)
 	return u.String(), nil
 }
+
+// LeastPrivilege is a schema set up as the README's "Least privilege"
+// says: a DBA created it for its own owner role (which has no privilege on
+// the database), the owner migrates it and grants a producer, a relay and an
+// operator role what migrations/least_privilege.sql grants them. The
+// embedded Schema reaches it as the test database's superuser, for fixtures
+// and checks.
+type LeastPrivilege struct {
+	*Schema
+	// Owner owns the schema and everything in it.
+	Owner *Role
+	// Producer, Relay and Operator are the roles of least_privilege.sql.
+	Producer, Relay, Operator *Role
+}
+
+// NewLeastPrivilege returns a schema migrated by its owner, with the grants
+// applied; all of it is dropped at cleanup.
+func NewLeastPrivilege(t testing.TB) *LeastPrivilege {
+	t.Helper()
+	lp := NewOwnedEmpty(t)
+	conn := lp.ConnAs(t, lp.Owner)
+	if _, err := migrations.Apply(context.Background(), conn, lp.Name); err != nil {
+		t.Fatalf("the schema's owner migrates %s: %v", lp.Name, err)
+	}
+	lp.Grant(t)
+	return lp
+}
+
+// NewOwnedEmpty is NewLeastPrivilege before the migrations and the grants:
+// the roles and an empty schema owned by Owner.
+func NewOwnedEmpty(t testing.TB) *LeastPrivilege {
+	t.Helper()
+	lp := &LeastPrivilege{Schema: NewEmpty(t), Owner: NewRole(t, "owner"),
+		Producer: NewRole(t, "producer"), Relay: NewRole(t, "relay"), Operator: NewRole(t, "operator")}
+	if _, err := lp.Pool.Exec(context.Background(),
+		"CREATE SCHEMA "+pgx.Identifier{lp.Name}.Sanitize()+" AUTHORIZATION "+pgx.Identifier{lp.Owner.Name}.Sanitize()); err != nil {
+		t.Fatalf("create schema %s for its owner: %v", lp.Name, err)
+	}
+	return lp
+}
+
+// Grant applies least_privilege.sql as the schema's owner.
+func (lp *LeastPrivilege) Grant(t testing.TB) {
+	t.Helper()
+	grants, err := migrations.LeastPrivilege(lp.Name, migrations.Roles{Producer: lp.Producer.Name, Relay: lp.Relay.Name, Operator: lp.Operator.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lp.ConnAs(t, lp.Owner).Exec(context.Background(), grants); err != nil {
+		t.Fatalf("the schema's owner applies least_privilege.sql: %v", err)
+	}
+}
+
+// ConnAs returns a dedicated connection as role, closed at cleanup.
+func (lp *LeastPrivilege) ConnAs(t testing.TB, role *Role) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), role.URL)
+	if err != nil {
+		t.Fatalf("connect as %s: %v", role.Name, err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// PoolAs returns a pool connecting as role, closed at cleanup.
+func (lp *LeastPrivilege) PoolAs(t testing.TB, role *Role) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(role.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
