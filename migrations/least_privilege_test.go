@@ -105,6 +105,20 @@ func TestApply_OwnerWithoutCreateOnTheDatabaseMigratesItsSchema(t *testing.T) {
 		t.Errorf("Apply again: %d, %v; want nothing to do", n, err)
 	}
 	wantDenied(t, owner, "the owner creates a schema", "CREATE SCHEMA IF NOT EXISTS "+migrations.Quote(s.Name))
+
+	// The same with `outbox-relay migrate --print`, applied by the owner.
+	printed := dbtest.NewOwnedEmpty(t)
+	sql, err := migrations.Render(printed.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := printed.ConnAs(t, printed.Owner)
+	if _, err := conn.Exec(context.Background(), sql); err != nil {
+		t.Fatalf("the schema's owner applies the printed SQL: %v", err)
+	}
+	if v, err := migrations.CurrentVersion(context.Background(), conn, printed.Name); err != nil || v != migrations.Latest() {
+		t.Errorf("version after the printed SQL = %d, %v; want %d", v, err, migrations.Latest())
+	}
 }
 
 func TestLeastPrivilege_EveryTableIsGranted(t *testing.T) {
