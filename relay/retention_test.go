@@ -1,9 +1,11 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,5 +62,49 @@ func TestBackoff_DoublesWithJitterUpToTheMaximum(t *testing.T) {
 				t.Fatalf("backoff(%d) = %s, want %s ± 20%% and at most the 1m maximum", attempt, d, want)
 			}
 		}
+	}
+}
+
+// The janitor's statements need no more than least_privilege.sql grants
+// the relay's role: its errors are only logged, so the test looks at what
+// is left.
+func TestRetention_RunsAsTheLeastPrivilegeRelayRole(t *testing.T) {
+	t.Parallel()
+	lp := dbtest.NewLeastPrivilege(t)
+	lp.Exec(t, `INSERT INTO %s.archive (id, topic, payload, idempotency_key, created_at, attempts, delivered_at)
+	            VALUES (1, 't', 'x', 'k1', now(), 1, now() - interval '8 days'), (2, 't', 'x', 'k2', now(), 1, now())`)
+	lp.Exec(t, `INSERT INTO %s.delivered_keys (idempotency_key, delivered_at) VALUES ('k1', now() - interval '8 days'), ('k2', now())`)
+	lp.Exec(t, `INSERT INTO %s.relays (id, version, mode, last_seen) VALUES ('gone', 'test', 'unordered', now() - interval '3 days')`)
+	// A keyed row without its lane, as repairLanes exists to find.
+	lp.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('t', 'x', 'order-1')`)
+	var failures bytes.Buffer
+	r, err := New(lp.PoolAs(t, lp.Relay), Config{
+		Schema: lp.Name, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}, Ordered: true,
+		ArchiveRetention: 7 * 24 * time.Hour, DedupRetention: 7 * 24 * time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&failures, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r.enforceRetention(ctx)
+	if _, err := r.pool.Exec(ctx, r.q.relaysForget, forgetAfter); err != nil {
+		t.Errorf("forget relays: %v", err)
+	}
+	r.repairLanes(ctx)
+	if got := lp.Count(t, "archive"); got != 1 {
+		t.Errorf("archive holds %d rows after retention, want the fresh one", got)
+	}
+	if got := lp.Count(t, "delivered_keys"); got != 1 {
+		t.Errorf("delivered_keys holds %d rows after retention, want the fresh one", got)
+	}
+	if got := lp.Count(t, "relays"); got != 0 {
+		t.Errorf("relays holds %d rows, want the one gone for days forgotten", got)
+	}
+	if got := lp.Count(t, "lanes"); got != 1 {
+		t.Errorf("lanes holds %d rows after the repair, want 1", got)
+	}
+	if strings.Contains(failures.String(), "err=") {
+		t.Errorf("the relay's role met errors:\n%s", failures.String())
 	}
 }

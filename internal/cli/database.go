@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/migrations"
@@ -91,5 +93,18 @@ func checkSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 		return fmt.Errorf("connect to database: %w", err)
 	}
 	defer conn.Release()
-	return migrations.Check(ctx, conn.Conn(), schema)
+	if err := migrations.Check(ctx, conn.Conn(), schema); err != nil {
+		if permissionDenied(err) {
+			return fmt.Errorf("%w: this database user lacks privileges on schema %s; its owner grants them with migrations/least_privilege.sql (README: Security, Least privilege)", err, schema)
+		}
+		return err
+	}
+	return nil
+}
+
+// permissionDenied reports whether err is PostgreSQL's
+// insufficient_privilege: the database user may not do what was asked.
+func permissionDenied(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501"
 }

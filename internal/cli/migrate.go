@@ -35,6 +35,10 @@ func cmdMigrate(ctx context.Context, inv *Invocation, args []string) error {
 	}
 	defer pool.Close()
 	n, err := applyMigrations(ctx, pool, c.Schema)
+	if permissionDenied(err) {
+		return fmt.Errorf("%w: this database user may not create or change schema %s. Run `outbox-relay migrate` as the schema's owner "+
+			"(a DBA may create the schema for it: CREATE SCHEMA %s AUTHORIZATION <owner>), or have a DBA apply `outbox-relay migrate --print`", err, c.Schema, c.Schema)
+	}
 	if err != nil {
 		return err
 	}

@@ -87,3 +87,31 @@ func TestREADME_DocumentsEveryCommandAndFlag(t *testing.T) {
 		}
 	}
 }
+
+func TestREADME_LeastPrivilegeGrants(t *testing.T) {
+	readme, err := os.ReadFile(repoFile("README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants, err := os.ReadFile(repoFile("migrations/least_privilege.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- least-privilege:begin", "<!-- least-privilege:end -->"
+	s := string(readme)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		t.Fatalf("README.md has no %s … %s section", begin, end)
+	}
+	start := i + strings.Index(s[i:], "-->") + len("-->\n")
+	want := "```sql\n" + string(grants) + "```\n"
+	if *update {
+		if err := os.WriteFile(repoFile("README.md"), []byte(s[:start]+want+s[j:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if s[start:j] != want {
+		t.Errorf("README's least-privilege grants differ from migrations/least_privilege.sql; run go test ./internal/cli -run TestREADME_LeastPrivilegeGrants -update to copy the file into the README")
+	}
+}

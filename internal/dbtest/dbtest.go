@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -195,4 +196,152 @@ func redact(url string) string {
 		return strings.ReplaceAll(url, cfg.Password, "xxxxx")
 	}
 	return url
+}
+
+// Role is a database user created for one test: LOGIN, no other attribute,
+// no privilege until the test grants some.
+type Role struct {
+	// Name is the role's name.
+	Name string
+	// URL is the test database's connection string with this role as the
+	// user, and its password.
+	URL string
+}
+
+// NewRole creates a uniquely named login role for t, with a random
+// password (so that it connects whatever the test database's
+// authentication), and drops it at cleanup together with everything it
+// owns and every privilege granted to it. purpose ends its name.
+func NewRole(t testing.TB, purpose string) *Role {
+	t.Helper()
+	ctx := context.Background()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "t_" + hex.EncodeToString(b[:]) + "_" + unsafeChars.ReplaceAllString(strings.ToLower(purpose), "_")
+	password := hex.EncodeToString(b[:]) + "-pw"
+	base := URL()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("no PostgreSQL reachable at %s to create role %s: %v (database tests never skip)", redact(base), name, err)
+	}
+	defer conn.Close(ctx)
+	quoted := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, "CREATE ROLE "+quoted+" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD '"+password+"'"); err != nil {
+		t.Fatalf("create role %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), base)
+		if err != nil {
+			t.Errorf("drop role %s: %v", name, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		// Sessions a killed process left behind would hold objects.
+		_, _ = conn.Exec(context.Background(), "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE usename = $1", name)
+		if _, err := conn.Exec(context.Background(), "DROP OWNED BY "+quoted+" CASCADE"); err != nil {
+			t.Errorf("drop what role %s owns: %v", name, err)
+		}
+		if _, err := conn.Exec(context.Background(), "DROP ROLE "+quoted); err != nil {
+			t.Errorf("drop role %s: %v", name, err)
+		}
+	})
+	u, err := urlAs(base, name, password)
+	if err != nil {
+		t.Fatalf("TEST_DATABASE_URL: %v", err)
+	}
+	return &Role{Name: name, URL: u}
+}
+
+// urlAs returns the connection string base with user and password
+// replaced.
+func urlAs(base, user, password string) (string, error) {
+	if !strings.Contains(base, "://") {
+		// key=value form: later keys win.
+		return base + " user=" + user + " password=" + password, nil
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("not a valid URL: %w", err)
+	}
+	u.User = url.UserPassword(user, password)
+	return u.String(), nil
+}
+
+// LeastPrivilege is a schema set up as the README's "Least privilege"
+// says: a DBA created it for its own owner role (which has no privilege on
+// the database), the owner migrates it and grants a producer, a relay and an
+// operator role what migrations/least_privilege.sql grants them. The
+// embedded Schema reaches it as the test database's superuser, for fixtures
+// and checks.
+type LeastPrivilege struct {
+	*Schema
+	// Owner owns the schema and everything in it.
+	Owner *Role
+	// Producer, Relay and Operator are the roles of least_privilege.sql.
+	Producer, Relay, Operator *Role
+}
+
+// NewLeastPrivilege returns a schema migrated by its owner, with the grants
+// applied; all of it is dropped at cleanup.
+func NewLeastPrivilege(t testing.TB) *LeastPrivilege {
+	t.Helper()
+	lp := NewOwnedEmpty(t)
+	conn := lp.ConnAs(t, lp.Owner)
+	if _, err := migrations.Apply(context.Background(), conn, lp.Name); err != nil {
+		t.Fatalf("the schema's owner migrates %s: %v", lp.Name, err)
+	}
+	lp.Grant(t)
+	return lp
+}
+
+// NewOwnedEmpty is NewLeastPrivilege before the migrations and the grants:
+// the roles and an empty schema owned by Owner.
+func NewOwnedEmpty(t testing.TB) *LeastPrivilege {
+	t.Helper()
+	lp := &LeastPrivilege{Schema: NewEmpty(t), Owner: NewRole(t, "owner"),
+		Producer: NewRole(t, "producer"), Relay: NewRole(t, "relay"), Operator: NewRole(t, "operator")}
+	if _, err := lp.Pool.Exec(context.Background(),
+		"CREATE SCHEMA "+pgx.Identifier{lp.Name}.Sanitize()+" AUTHORIZATION "+pgx.Identifier{lp.Owner.Name}.Sanitize()); err != nil {
+		t.Fatalf("create schema %s for its owner: %v", lp.Name, err)
+	}
+	return lp
+}
+
+// Grant applies least_privilege.sql as the schema's owner.
+func (lp *LeastPrivilege) Grant(t testing.TB) {
+	t.Helper()
+	grants, err := migrations.LeastPrivilege(lp.Name, migrations.Roles{Producer: lp.Producer.Name, Relay: lp.Relay.Name, Operator: lp.Operator.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lp.ConnAs(t, lp.Owner).Exec(context.Background(), grants); err != nil {
+		t.Fatalf("the schema's owner applies least_privilege.sql: %v", err)
+	}
+}
+
+// ConnAs returns a dedicated connection as role, closed at cleanup.
+func (lp *LeastPrivilege) ConnAs(t testing.TB, role *Role) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), role.URL)
+	if err != nil {
+		t.Fatalf("connect as %s: %v", role.Name, err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// PoolAs returns a pool connecting as role, closed at cleanup.
+func (lp *LeastPrivilege) PoolAs(t testing.TB, role *Role) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(role.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }

@@ -1,0 +1,75 @@
+-- outbox-relay: least-privilege grants for the three roles that use the
+-- relay's schema. Run it as the schema's owner (the role that ran
+-- `outbox-relay migrate`) after the migrations, and again after every
+-- upgrade (GRANT is idempotent), with psql:
+--
+--   psql "$OWNER_DATABASE_URL" -v ON_ERROR_STOP=1 -v schema=outbox \
+--        -v producer=app -v relay=outbox_relay -v operator=outbox_operator \
+--        -f migrations/least_privilege.sql
+--
+-- The roles must exist (CREATE ROLE … LOGIN, no other attribute). Unset
+-- variables default to outbox, outbox_producer, outbox_relay and
+-- outbox_operator.
+\if :{?schema}
+\else
+\set schema outbox
+\endif
+\if :{?producer}
+\else
+\set producer outbox_producer
+\endif
+\if :{?relay}
+\else
+\set relay outbox_relay
+\endif
+\if :{?operator}
+\else
+\set operator outbox_operator
+\endif
+
+BEGIN;
+
+-- Producers (your application) insert rows and do nothing else: they cannot
+-- read, change or delete pending rows, nor see what was delivered. The
+-- insert triggers that open ordered-mode lanes and send the RELAY_NOTIFY
+-- wake-up are SECURITY DEFINER, and the id is an identity column, whose
+-- sequence PostgreSQL advances without a privilege check: producers need no
+-- grant on the lanes, the relays or the sequence. INSERT … ON CONFLICT
+-- (idempotency_key) DO NOTHING reads the key's column, hence SELECT on that
+-- one column (add id to it for INSERT … RETURNING id).
+GRANT USAGE ON SCHEMA :"schema" TO :"producer";
+GRANT INSERT ON :"schema".messages TO :"producer";
+GRANT SELECT (idempotency_key) ON :"schema".messages TO :"producer";
+
+-- The relay, run with RELAY_MIGRATE=false: what its statements (relay/sql.go)
+-- read and write, and no DDL. It claims and settles rows (FOR UPDATE and the
+-- LOCK of a mode switch need UPDATE), archives them, records delivered keys,
+-- dead-letters, registers itself, keeps the mode and the ordered-mode lanes,
+-- deletes expired archive rows and keys, and checks the schema's version.
+GRANT USAGE ON SCHEMA :"schema" TO :"relay";
+GRANT SELECT ON :"schema".schema_version TO :"relay";
+GRANT SELECT, UPDATE, DELETE ON :"schema".messages TO :"relay";
+GRANT SELECT, INSERT, DELETE ON :"schema".archive TO :"relay";
+GRANT SELECT, INSERT, DELETE ON :"schema".delivered_keys TO :"relay";
+GRANT SELECT, INSERT ON :"schema".dead_letters TO :"relay";
+GRANT SELECT, UPDATE ON :"schema".relay_mode TO :"relay";
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".relays TO :"relay";
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".lanes TO :"relay";
+GRANT EXECUTE ON FUNCTION :"schema".lanes_prune(text[]) TO :"relay";
+
+-- The operator, for `outbox-relay status`, `dead list|retry|purge`, `replay`
+-- and `cancel` (relay/admin/sql.go): it reads every table, puts dead
+-- letters and archived rows back into messages, forgets the delivered keys
+-- of replayed rows, cancels pending rows into the dead letters (FOR UPDATE
+-- needs UPDATE) and makes their lanes due.
+GRANT USAGE ON SCHEMA :"schema" TO :"operator";
+GRANT SELECT ON :"schema".schema_version TO :"operator";
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".messages TO :"operator";
+GRANT SELECT ON :"schema".archive TO :"operator";
+GRANT SELECT, DELETE ON :"schema".delivered_keys TO :"operator";
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".dead_letters TO :"operator";
+GRANT SELECT ON :"schema".relay_mode TO :"operator";
+GRANT SELECT ON :"schema".relays TO :"operator";
+GRANT SELECT, UPDATE ON :"schema".lanes TO :"operator";
+
+COMMIT;
