@@ -32,8 +32,7 @@ func (r *Relay) deliver(ctx context.Context, name string, batch []claimed, deadl
 		return
 	}
 	sink := r.cfg.Sinks[name]
-	failures := newFailureLog()
-	defer failures.log(r.log, name)
+	failures := r.failures.of(name)
 	pending := make([]int, len(msgs))
 	for i := range pending {
 		pending[i] = i
@@ -91,8 +90,7 @@ func (r *Relay) triage(name string, batch []claimed) (decided []outcome, msgs []
 			continue
 		}
 		if o.kind == kindDead {
-			r.log.Warn("dead-lettering a row without sending it", "sink", name, "outbox_id", c.ID,
-				"topic", c.Topic, "destination", c.Destination, "reason", o.reason, "err", o.err)
+			r.failures.of(name).add(&c.Message, o, true)
 		}
 		decided = append(decided, o)
 	}
@@ -148,7 +146,7 @@ func (r *Relay) send(dctx, ctx context.Context, name string, sink sinks.Sink, ms
 			}
 		case kindRelease:
 		default:
-			failures.add(&msgs[i], o)
+			failures.add(&msgs[i], o, false)
 			if o.kind == kindRetry {
 				if msg, attrs := watch.failed(now, o.err); msg != "" {
 					r.log.Error(msg, append([]any{"sink", name}, attrs...)...)

@@ -1,26 +1,36 @@
 package relay
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
-// failureLog gathers the failed deliveries of one delivery, so that the log
-// has one line per kind of failure, saying what happened to the rows (retry
-// after a delay, or dead-lettered with a reason), to which ones (how many,
-// their topics and id range) and why.
+// failureLog gathers the failed deliveries of one sink over a second, so
+// that the log has one line per kind of failure and second however the
+// rows were batched, saying what happened to the rows (retry after a
+// delay, or dead-lettered with a reason), to which ones (how many, their
+// topics and id range) and why. A thousand rows failing alike make one
+// line, not a thousand.
 type failureLog struct {
+	mu     sync.Mutex
 	groups map[failureKey]*failureGroup
 	order  []failureKey
 }
 
+// failureLogInterval is how often the gathered failures are logged.
+const failureLogInterval = time.Second
+
 type failureKey struct {
 	kind   outcomeKind
+	unsent bool // decided without sending (no sink, unreadable, past its attempts)
 	reason string
 	err    string
 }
@@ -37,9 +47,12 @@ const maxLoggedTopics = 3
 
 func newFailureLog() *failureLog { return &failureLog{groups: map[failureKey]*failureGroup{}} }
 
-// add records the outcome o of delivering m (a retry or a dead letter).
-func (f *failureLog) add(m *sinks.Message, o outcome) {
-	k := failureKey{kind: o.kind, reason: o.reason, err: o.err}
+// add records the outcome o of delivering m (a retry or a dead letter), or
+// of deciding it without sending it when unsent.
+func (f *failureLog) add(m *sinks.Message, o outcome, unsent bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := failureKey{kind: o.kind, unsent: unsent, reason: o.reason, err: o.err}
 	g, ok := f.groups[k]
 	if !ok {
 		g = &failureGroup{firstID: m.ID, lastID: m.ID, minDelay: o.delay, maxDelay: o.delay}
@@ -54,10 +67,15 @@ func (f *failureLog) add(m *sinks.Message, o outcome) {
 	}
 }
 
-// log writes one warning per kind of failure.
+// log writes one warning per kind of failure gathered since the last call,
+// and starts gathering anew.
 func (f *failureLog) log(log *slog.Logger, sink string) {
-	for _, k := range f.order {
-		g := f.groups[k]
+	f.mu.Lock()
+	groups, order := f.groups, f.order
+	f.groups, f.order = map[failureKey]*failureGroup{}, nil
+	f.mu.Unlock()
+	for _, k := range order {
+		g := groups[k]
 		ids := fmt.Sprint(g.firstID)
 		if g.lastID != g.firstID {
 			ids = fmt.Sprintf("%d..%d", g.firstID, g.lastID)
@@ -71,6 +89,62 @@ func (f *failureLog) log(log *slog.Logger, sink string) {
 			log.Warn("delivery failed; retrying", append(attrs, "retry_in", retry, "err", k.err)...)
 			continue
 		}
-		log.Warn("delivery failed; dead-lettered", append(attrs, "reason", k.reason, "err", k.err)...)
+		msg := "delivery failed; dead-lettered"
+		if k.unsent {
+			msg = "dead-lettered without sending"
+		}
+		log.Warn(msg, append(attrs, "reason", k.reason, "err", k.err)...)
+	}
+}
+
+// failureLogLoop logs the failures gathered for each sink every
+// failureLogInterval until ctx ends; Run logs the last ones after the
+// deliveries end.
+func (r *Relay) failureLogLoop(ctx context.Context) {
+	t := time.NewTicker(failureLogInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.logFailures()
+		}
+	}
+}
+
+// failureLogs holds a failureLog per sink, or per destination for rows
+// whose destination is not a configured sink.
+type failureLogs struct {
+	mu     sync.Mutex
+	bySink map[string]*failureLog
+}
+
+// of returns the failure log of sink.
+func (l *failureLogs) of(sink string) *failureLog {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f, ok := l.bySink[sink]
+	if !ok {
+		f = newFailureLog()
+		l.bySink[sink] = f
+	}
+	return f
+}
+
+// logFailures logs the failures gathered for each sink. The logs of
+// destinations that are not configured sinks (row data) are dropped once
+// logged, so that they cannot pile up.
+func (r *Relay) logFailures() {
+	r.failures.mu.Lock()
+	logs := maps.Clone(r.failures.bySink)
+	for name := range r.failures.bySink {
+		if _, ok := r.cfg.Sinks[name]; !ok {
+			delete(r.failures.bySink, name)
+		}
+	}
+	r.failures.mu.Unlock()
+	for _, name := range slices.Sorted(maps.Keys(logs)) {
+		logs[name].log(r.log, name)
 	}
 }

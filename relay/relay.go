@@ -44,6 +44,9 @@ type Relay struct {
 	// notified wakes every claim loop when a producer inserted
 	// (Config.Notify; notify.go).
 	notified *broadcast
+	// failures gathers each sink's failed deliveries for the log
+	// (failureLogLoop).
+	failures failureLogs
 }
 
 // New returns a relay over pool, which must reach a database migrated by
@@ -76,6 +79,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		settleCh:  make(chan []outcome, 64),
 		keyedWake: make(chan struct{}, 1),
 		notified:  newBroadcast(),
+		failures:  failureLogs{bySink: map[string]*failureLog{}},
 	}
 	r.claimHealth = make([]claimHealth, len(r.claimers()))
 	r.watches = make(map[string]*sinkWatch, len(cfg.Sinks))
@@ -113,6 +117,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	var background sync.WaitGroup
 	background.Go(func() { r.statsLoop(runCtx) })
 	background.Go(func() { r.retentionLoop(runCtx) })
+	background.Go(func() { r.failureLogLoop(runCtx) })
 	if r.cfg.Notify {
 		background.Go(func() { r.listenLoop(runCtx) })
 	}
@@ -144,6 +149,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	settling.Wait()
 	stop(nil)
 	background.Wait()
+	r.logFailures()
 	r.log.Info("relay stopped")
 	if err := context.Cause(runCtx); err != nil && !errors.Is(err, context.Canceled) {
 		return err

@@ -1,0 +1,93 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
+)
+
+// logLines is a JSON log kept in memory for a test to read.
+type logLines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// with returns the records whose message is msg.
+func (l *logLines) with(msg string) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(l.buf.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// sum adds up the num_messages of records.
+func sum(recs []map[string]any) int {
+	n := 0
+	for _, r := range recs {
+		f, _ := r["num_messages"].(float64)
+		n += int(f)
+	}
+	return n
+}
+
+// Rows failing alike in many small claims make a line a second, not a line
+// a claim: the log stays readable when a whole backlog fails, and each line
+// says how many rows, which ids, the destination and why.
+func TestRelay_FailuresAreLoggedTogetherWhateverTheBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	logs := &logLines{}
+	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	cfg.BatchSize, cfg.MaxInFlight = 5, 5
+	cfg.BackoffMin, cfg.BackoffMax = time.Minute, time.Minute
+	cfg.Sinks = map[string]sinks.Sink{"nats": &sinktest.Func{DeliverFunc: func(ctx context.Context, msgs []sinks.Message) []error {
+		return sinks.Fill(make([]error, len(msgs)), errors.New("receiver in maintenance"))
+	}}}
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, destination)
+SELECT 'orders.created', '\x01', CASE WHEN i <= 50 THEN 'nowhere' END FROM generate_series(1, 100) AS i`)
+	start(t, b, cfg)
+
+	waitfor.Condition(t, relaytest.Budget(100), "100 rows logged", func() bool {
+		return sum(logs.with("dead-lettered without sending")) == 50 && sum(logs.with("delivery failed; retrying")) == 50
+	})
+	dead, retried := logs.with("dead-lettered without sending"), logs.with("delivery failed; retrying")
+	// Twenty claims of five rows each; they are logged within a few seconds.
+	if len(dead) > 4 || len(retried) > 4 {
+		t.Errorf("%d lines for 50 unsent dead letters and %d for 50 retries, in claims of 5: want a line a second, not one a claim",
+			len(dead), len(retried))
+	}
+	for _, r := range dead {
+		if r["reason"] != "no_sink" || !strings.Contains(r["err"].(string), `destination "nowhere" is not a configured sink`) {
+			t.Errorf("dead-letter line %v: want reason no_sink and the error naming the destination", r)
+		}
+	}
+	for _, r := range retried {
+		if r["topics"] != "orders.created" || r["err"] != "receiver in maintenance" || r["outbox_ids"] == "" || r["retry_in"] == "" {
+			t.Errorf("retry line %v: want the topic, the error, the ids and the delay", r)
+		}
+	}
+}
