@@ -41,7 +41,7 @@ type connState struct {
 
 	mu        sync.Mutex
 	logged    map[string]bool // the failures logged since the last connection
-	last      string          // the last of them
+	reasons   []string        // the same, in the order they were logged
 	loggedTLS bool            // one of them was a failed TLS handshake
 	asyncLast string          // the last server error logged while connected
 }
@@ -61,7 +61,8 @@ func (c *connState) available() error {
 	return nil
 }
 
-// up records a connection and logs it (msg), with the failure it ends.
+// up records a connection and logs it (msg), with the failures it ends
+// (each logged one, oldest first).
 func (c *connState) up(msg string) {
 	if c.shut.Load() {
 		return // a callback queued before Close
@@ -69,12 +70,12 @@ func (c *connState) up(msg string) {
 	c.down.Store(nil)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.last != "" {
-		c.log.Info(msg, "after", c.last)
+	if len(c.reasons) > 0 {
+		c.log.Info(msg, "after", strings.Join(c.reasons, "; "))
 	} else {
 		c.log.Info(msg)
 	}
-	c.logged, c.last, c.loggedTLS, c.asyncLast = nil, "", false, ""
+	c.logged, c.reasons, c.loggedTLS, c.asyncLast = nil, nil, false, ""
 }
 
 // disconnected records a connection lost because of err.
@@ -181,10 +182,10 @@ func (c *connState) report(err error, reason, msg string) {
 		return
 	}
 	if c.logged == nil || len(c.logged) >= maxLogged {
-		c.logged = map[string]bool{}
+		c.logged, c.reasons = map[string]bool{}, nil
 	}
 	c.logged[reason] = true
-	c.last = reason
+	c.reasons = append(c.reasons, reason)
 	if errors.Is(err, nats.ErrTLS) || sinks.TLSFailure(err) != nil {
 		c.loggedTLS = true
 	}

@@ -53,8 +53,8 @@ func TestConnState_EachReasonOncePerOutage(t *testing.T) {
 	if err := c.available(); err != nil {
 		t.Errorf("available after up = %v", err)
 	}
-	if n := count(logs, "INFO", `after="authentication timeout"`); n != 1 {
-		t.Errorf("recovery not logged with the failure it ends:\n%s", logs)
+	if n := count(logs, "INFO", `after="authorization violation; authentication timeout"`); n != 1 {
+		t.Errorf("recovery not logged with the failures it ends, oldest first:\n%s", logs)
 	}
 	// A failure reported late, after the connection, is stale.
 	c.failed(refused)

@@ -199,7 +199,9 @@ func TestSink_CircuitBreaker(t *testing.T) {
 
 	errs := deliver(t, s, sinktest.Messages(t, 8))
 	// The breaker opened after the fifth request failed, so not before it
-	// arrived: its pause ends at least a second after that.
+	// arrived: its pause ends at least a second after that. (The client can
+	// see the closed connection before the receiver has recorded it.)
+	waitfor.Condition(t, 15*time.Second, "the receiver to record 5 requests", func() bool { return len(e.Requests()) >= 5 })
 	opened := e.Requests()[4].At
 	for i, err := range errs {
 		notAttempted := errors.Is(err, sinks.ErrNotAttempted)
