@@ -1,5 +1,5 @@
 // Command outbox-relay delivers rows of a PostgreSQL outbox table to their
-// destinations (NATS, HTTP webhooks), at least once, and archives them. It is
+// destinations (NATS, Kafka, RabbitMQ, HTTP webhooks), at least once, and archives them. It is
 // configured by environment variables only; `outbox-relay help` prints the
 // reference. The commands live in internal/cli.
 package main
