@@ -100,7 +100,7 @@ func TestProcess_OrderedThreeRelaysAFlakyWebhookKeepEveryKeyInOrder(t *testing.T
 		}
 		return 0
 	})
-	const keys, perKey = 400, 25 // 10,000 events, a thousand of them failing first
+	const keys, perKey = 1000, 50
 	insertOrdered(t, db, keys, perKey)
 	env := []string{"DATABASE_URL=" + db.URL, "RELAY_SCHEMA=" + db.Name, "WEBHOOK_URL=" + rcv.URL, "WEBHOOK_SECRET=" + rcv.Secret,
 		"RELAY_ORDERED=true", "RELAY_BACKOFF_MIN=50ms", "RELAY_BACKOFF_MAX=500ms"}
@@ -139,10 +139,11 @@ func TestProcess_OrderedToJetStreamSurvivesASIGKILL(t *testing.T) {
 	db := dbtest.New(t)
 	srv := natstest.Start(t)
 	srv.CreateStream(t, "EVENTS", "events.>")
-	// Enough events that the kill lands mid-run, few enough that a loaded
-	// machine drains them well within the budget.
-	const keys, perKey = 300, 20
+	const keys, perKey = 1000, 50
 	insertOrdered(t, db, keys, perKey)
+	// An ack timeout of 1s made a loaded machine (the whole suite under
+	// the race detector) time out acks, retry and load it further, past
+	// the test's budget; 2s keeps the rescue after the kill quick.
 	env := relayEnv(db, srv, "RELAY_ORDERED=true", "RELAY_LEASE=5s", "NATS_ACK_TIMEOUT=2s")
 	victim := startProcess(t, env...)
 	startProcess(t, env...)
