@@ -157,6 +157,7 @@ func relayEnv(db *dbtest.Schema, srv *natstest.Server, extra ...string) []string
 
 func TestProcess_SIGKILLMidBatchLosesNothing(t *testing.T) {
 	t.Parallel()
+	dbtest.Exclusive(t, "many relays, many events")
 	db := dbtest.New(t)
 	srv := natstest.Start(t)
 	srv.CreateStream(t, "EVENTS", "events.>")

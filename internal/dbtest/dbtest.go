@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/migrations"
@@ -71,13 +73,11 @@ func NewEmpty(t testing.TB) *Schema {
 	if err != nil {
 		t.Fatalf("TEST_DATABASE_URL is not a valid connection string: %v", err)
 	}
-	cfg.MaxConns = 12
+	cfg.MaxConns = 8 // two test suites at once must fit in max_connections (100 by default)
 	cfg.ConnConfig.RuntimeParams["application_name"] = name
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(pingCtx, cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err == nil {
-		err = pool.Ping(pingCtx)
+		err = ping(ctx, pool)
 	}
 	if err != nil {
 		t.Fatalf("no PostgreSQL reachable at %s: %v\n"+
@@ -86,7 +86,7 @@ func NewEmpty(t testing.TB) *Schema {
 	}
 	t.Cleanup(func() {
 		pool.Close()
-		conn, err := pgx.Connect(context.Background(), url)
+		conn, err := connect(context.Background(), url)
 		if err != nil {
 			t.Errorf("drop test schema %s: %v", name, err)
 			return
@@ -97,6 +97,46 @@ func NewEmpty(t testing.TB) *Schema {
 		}
 	})
 	return &Schema{Name: name, Pool: pool, URL: url}
+}
+
+// busyWait is how long a test waits for a connection while the server has
+// none left (several test suites at once on one server): the test is about
+// the relay, not about the server's max_connections.
+const busyWait = 2 * time.Minute
+
+// tooManyClients reports whether err is the server refusing a connection
+// because every slot is taken (SQLSTATE 53300).
+func tooManyClients(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "53300"
+}
+
+// ping checks that pool reaches the server: it fails within 10 seconds
+// when none answers, and waits up to busyWait while the server is full.
+func ping(ctx context.Context, pool *pgxpool.Pool) error {
+	deadline := time.Now().Add(busyWait)
+	for {
+		pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := pool.Ping(pingCtx)
+		cancel()
+		if err == nil || !tooManyClients(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// connect opens a connection to url, waiting up to busyWait while the
+// server is full.
+func connect(ctx context.Context, url string) (*pgx.Conn, error) {
+	deadline := time.Now().Add(busyWait)
+	for {
+		conn, err := pgx.Connect(ctx, url)
+		if err == nil || !tooManyClients(err) || time.Now().After(deadline) {
+			return conn, err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // NewPool returns another pool on the test database whose connections are
@@ -121,7 +161,7 @@ func (s *Schema) NewPool(t testing.TB, applicationName string) *pgxpool.Pool {
 // Conn returns a dedicated connection, closed at cleanup.
 func (s *Schema) Conn(t testing.TB) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), s.URL)
+	conn, err := connect(context.Background(), s.URL)
 	if err != nil {
 		t.Fatalf("connect to test database: %v", err)
 	}
@@ -220,7 +260,7 @@ func NewRole(t testing.TB, purpose string) *Role {
 	name := "t_" + hex.EncodeToString(b[:]) + "_" + unsafeChars.ReplaceAllString(strings.ToLower(purpose), "_")
 	password := hex.EncodeToString(b[:]) + "-pw"
 	base := URL()
-	conn, err := pgx.Connect(ctx, base)
+	conn, err := connect(ctx, base)
 	if err != nil {
 		t.Fatalf("no PostgreSQL reachable at %s to create role %s: %v (database tests never skip)", redact(base), name, err)
 	}
@@ -230,7 +270,7 @@ func NewRole(t testing.TB, purpose string) *Role {
 		t.Fatalf("create role %s: %v", name, err)
 	}
 	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), base)
+		conn, err := connect(context.Background(), base)
 		if err != nil {
 			t.Errorf("drop role %s: %v", name, err)
 			return
@@ -322,7 +362,7 @@ func (lp *LeastPrivilege) Grant(t testing.TB) {
 // ConnAs returns a dedicated connection as role, closed at cleanup.
 func (lp *LeastPrivilege) ConnAs(t testing.TB, role *Role) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), role.URL)
+	conn, err := connect(context.Background(), role.URL)
 	if err != nil {
 		t.Fatalf("connect as %s: %v", role.Name, err)
 	}

@@ -181,7 +181,10 @@ func (s *Server) Messages(t testing.TB, stream string) []*nats.Msg {
 	if want == 0 {
 		return nil
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second+time.Duration(want/1000)*time.Second)
+	// As generous as relaytest.Budget: a loaded machine (a second test
+	// suite beside this one, the race detector) reads a few hundred
+	// messages a second.
+	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second+time.Duration(want)*5*time.Millisecond)
 	defer cancel()
 	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
