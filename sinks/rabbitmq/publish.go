@@ -154,6 +154,14 @@ func (ss *session) await(ctx context.Context, p *publish) error {
 	if blocked := ss.conn.blocked(); blocked != nil {
 		return fmt.Errorf("await publisher confirm: %w; %s", ctx.Err(), errors.Unwrap(blocked))
 	}
+	select {
+	case <-ss.dead:
+		// The channel ended without settling the message (seen once: a
+		// publish racing the broker's close of the channel); its end
+		// says why, which is what an operator needs to read.
+		return fmt.Errorf("await publisher confirm: %w; the channel closed: %w", ctx.Err(), ss.deadErr)
+	default:
+	}
 	return fmt.Errorf("await publisher confirm: %w", ctx.Err())
 }
 
