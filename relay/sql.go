@@ -30,29 +30,42 @@ const (
 	nextClaimSeq = `CASE WHEN m.claim_seq >= 2147483646 OR m.claim_seq < 0 THEN 1 ELSE m.claim_seq + 1 END`
 )
 
-// withinBytes selects, from the rows of a CTE (due or locked: id,
-// leased_by, available_at, size), oldest first, those whose payloads add up
-// to at most the byte budget (the claim's next-to-last parameter), and the
-// first row whatever its size when the last parameter is true (the relay
-// holds nothing else): a claim never leases more payload bytes than the
-// relay may hold, and a single row larger than the whole budget still goes,
-// alone. withinBytesDue and withinBytesLocked are it for the two claims.
-const (
-	withinBytesDue = `
+// withinBytes selects, from the rows of the CTE from (id, leased_by,
+// available_at, size), oldest first, those whose payloads add up to at most
+// the byte budget (parameter budget), and the first row whatever its size
+// when parameter oversized is true (the relay holds nothing else): a claim
+// never leases more payload bytes than the relay may hold, and a single row
+// larger than the whole budget still goes, alone.
+func withinBytes(from, budget, oversized string) string {
+	return `
     SELECT id, leased_by FROM (
         SELECT id, leased_by,
                sum(size) OVER (ORDER BY available_at, id) AS upto,
                row_number() OVER (ORDER BY available_at, id) AS n
-          FROM due) AS s
-     WHERE upto <= $6::bigint OR (n = 1 AND $7::bool)`
-	withinBytesLocked = `
-    SELECT id, leased_by FROM (
-        SELECT id, leased_by,
-               sum(size) OVER (ORDER BY available_at, id) AS upto,
-               row_number() OVER (ORDER BY available_at, id) AS n
-          FROM locked) AS s
-     WHERE upto <= $7::bigint OR (n = 1 AND $8::bool)`
-)
+          FROM ` + from + `) AS s
+     WHERE upto <= ` + budget + `::bigint OR (n = 1 AND ` + oversized + `::bool)`
+}
+
+// leaseRows leases the rows whose ids the CTE from holds (id, leased_by:
+// set when the row's lease had expired) to relay $1 for $5, and returns
+// what both claims return per row: the message, its attempt and claim_seq,
+// whether it was rescued from an expired lease, and whether its idempotency
+// key was already delivered (a LIMIT 1 subquery, so that the planner probes
+// the index per row instead of hashing the whole key table). It writes no
+// indexed column, so the update is HOT.
+func leaseRows(from string) string {
+	return `
+    UPDATE %[1]s.messages AS m
+       SET attempts = ` + nextAttempt + `,
+           claim_seq = ` + nextClaimSeq + `,
+           leased_by = $1,
+           leased_until = now() + $5::interval
+     WHERE m.id = ANY (ARRAY(SELECT id FROM ` + from + `))
+ RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
+           m.created_at, m.attempts, m.claim_seq,
+           m.id = ANY (ARRAY(SELECT id FROM ` + from + ` WHERE leased_by IS NOT NULL)) AS rescued,
+           (SELECT true FROM %[1]s.delivered_keys AS k WHERE k.idempotency_key = m.idempotency_key LIMIT 1) IS NOT NULL AS duplicate`
+}
 
 // Every statement the relay runs. %[1]s is the quoted schema (and %[2]s,
 // in the claim, the ordered-mode condition); queries are rendered once per
@@ -61,16 +74,12 @@ const (
 // queryMessagesClaim leases up to $4 due rows, oldest first, skipping rows
 // other relays hold locked or leased and rows whose sink is in $3
 // (unavailable or at capacity), and stopping before the payloads pass $6
-// bytes (the first row goes whatever its size when $7; withinBytes). It
-// writes no indexed column, so the update
-// is HOT. The update finds the rows by primary key from the locked set (an
-// array, so that the planner cannot choose to scan and hash the whole table
-// instead). It returns, per row, whether the row was rescued from an expired
-// lease and whether its idempotency key was already delivered (a LIMIT 1
-// subquery, so that the planner probes the index per row instead of hashing
-// the whole key table), then a NULL (where queryLanesClaim reports empty
+// bytes (the first row goes whatever its size when $7; withinBytes). The
+// update finds the rows by primary key from the locked set (an array, so
+// that the planner cannot choose to scan and hash the whole table instead).
+// Its rows are leaseRows', then a NULL (where queryLanesClaim reports empty
 // lanes).
-const queryMessagesClaim = `
+var queryMessagesClaim = `
 WITH due AS MATERIALIZED (
     SELECT id, leased_by, available_at, octet_length(payload) AS size
       FROM %[1]s.messages AS c
@@ -80,19 +89,10 @@ WITH due AS MATERIALIZED (
      ORDER BY available_at, id
      LIMIT $4
        FOR UPDATE SKIP LOCKED
-), fits AS MATERIALIZED (` + withinBytesDue + `
+), fits AS MATERIALIZED (` + withinBytes("due", "$6", "$7") + `
+), leased AS (` + leaseRows("fits") + `
 )
-UPDATE %[1]s.messages AS m
-   SET attempts = ` + nextAttempt + `,
-       claim_seq = ` + nextClaimSeq + `,
-       leased_by = $1,
-       leased_until = now() + $5::interval
- WHERE m.id = ANY (ARRAY(SELECT id FROM fits))
-RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
-          m.created_at, m.attempts, m.claim_seq,
-          m.id = ANY (ARRAY(SELECT id FROM fits WHERE leased_by IS NOT NULL)),
-          (SELECT true FROM %[1]s.delivered_keys AS k WHERE k.idempotency_key = m.idempotency_key LIMIT 1) IS NOT NULL,
-          NULL::text`
+SELECT *, NULL::text FROM leased`
 
 // unkeyedClaimCondition restricts a claim to rows without a key: in ordered
 // mode keyed rows are claimed through their lanes (queryLanesClaim), and
@@ -117,7 +117,7 @@ const unkeyedClaimCondition = `
 // only the last column, that lane's key, set: the caller prunes them
 // (lanes_prune). The cost follows the lanes claimed, not the rows queued
 // behind heads in flight.
-const queryLanesClaim = `
+var queryLanesClaim = `
 WITH due_lanes AS MATERIALIZED (
     SELECT l.key
       FROM %[1]s.lanes AS l
@@ -144,18 +144,8 @@ WITH due_lanes AS MATERIALIZED (
             WHERE id IS NOT NULL AND open AND available_at <= now()
               AND ` + leaseOver + `))
        FOR UPDATE SKIP LOCKED
-), claimable AS MATERIALIZED (` + withinBytesLocked + `
-), leased AS (
-    UPDATE %[1]s.messages AS m
-       SET attempts = ` + nextAttempt + `,
-           claim_seq = ` + nextClaimSeq + `,
-           leased_by = $1,
-           leased_until = now() + $5::interval
-     WHERE m.id = ANY (ARRAY(SELECT id FROM claimable))
- RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
-           m.created_at, m.attempts, m.claim_seq,
-           m.id = ANY (ARRAY(SELECT id FROM claimable WHERE leased_by IS NOT NULL)) AS rescued,
-           (SELECT true FROM %[1]s.delivered_keys AS k WHERE k.idempotency_key = m.idempotency_key LIMIT 1) IS NOT NULL AS duplicate
+), claimable AS MATERIALIZED (` + withinBytes("locked", "$7", "$8") + `
+), leased AS (` + leaseRows("claimable") + `
 ), moved AS (
     UPDATE %[1]s.lanes AS l
        SET available_at = CASE
