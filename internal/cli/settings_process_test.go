@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -154,5 +155,59 @@ func TestProcess_RELAY_ORDEREDKeepsEachKeyInOrder(t *testing.T) {
 		if !slices.IsSorted(seqs) || len(seqs) != perKey {
 			t.Errorf("key %s: accepted %v, want %d events in insert order", key, seqs, perKey)
 		}
+	}
+}
+
+// RELAY_NOTIFY on the binary: with a poll interval of a minute, a row
+// committed after the relay started listening is delivered long before the
+// next poll, so only the notification can have woken the relay.
+func TestProcess_RELAY_NOTIFYDeliversWithoutWaitingForThePoll(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	srv := natstest.Start(t)
+	srv.CreateStream(t, "EVENTS", "events.>")
+	p := startProcess(t, relayEnv(db, srv, "RELAY_NOTIFY=true", "RELAY_POLL_INTERVAL=1m")...)
+	p.waitLog("RELAY_NOTIFY: listening for inserts")
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload) VALUES ('events.a', 'woken')`)
+	relaytest.WaitDrained(t, db, 30*time.Second)
+	if msgs := srv.Messages(t, "EVENTS"); len(msgs) != 1 || string(msgs[0].Data) != "woken" {
+		t.Errorf("NATS holds %d messages, want the one row", len(msgs))
+	}
+}
+
+// RELAY_MAX_IN_FLIGHT_BYTES on the binary: with a 64 KiB budget and rows of
+// 30,000 bytes, at most two rows are ever leased at once, though the batch
+// size and the webhook's concurrency would allow many more; all arrive.
+func TestProcess_RELAY_MAX_IN_FLIGHT_BYTESBoundsThePayloadsHeld(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	rcv := webhooktest.NewReceiver(t)
+	rcv.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
+		time.Sleep(30 * time.Millisecond) // a slow receiver: rows stay in flight
+		return 0
+	})
+	const n, size, budget = 40, 30_000, 65536
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload)
+SELECT 'events.big', convert_to(repeat('x', $1), 'UTF8') FROM generate_series(1, $2)`, size, n)
+	startProcess(t, "DATABASE_URL="+db.URL, "RELAY_SCHEMA="+db.Name, "WEBHOOK_URL="+rcv.URL, "WEBHOOK_SECRET="+rcv.Secret,
+		"RELAY_MAX_IN_FLIGHT_BYTES="+strconv.Itoa(budget))
+	peak := 0
+	waitfor.Condition(t, relaytest.Budget(n), "the rows to be delivered", func() bool {
+		var leased, left int
+		if err := db.Pool.QueryRow(context.Background(), "SELECT coalesce(sum(octet_length(payload)) FILTER (WHERE leased_by IS NOT NULL), 0), count(*) FROM "+
+			db.Table("messages")).Scan(&leased, &left); err != nil {
+			return false
+		}
+		peak = max(peak, leased)
+		return left == 0
+	})
+	if peak > budget {
+		t.Errorf("%d payload bytes were leased at once, want at most RELAY_MAX_IN_FLIGHT_BYTES=%d", peak, budget)
+	}
+	if peak < size {
+		t.Errorf("the sampling never saw a leased row (peak %d bytes)", peak)
+	}
+	if got := len(rcv.Accepted()); got != n {
+		t.Errorf("the receiver accepted %d rows, want %d", got, n)
 	}
 }
