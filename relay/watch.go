@@ -65,7 +65,9 @@ type sinkWatch struct {
 
 	mu          sync.Mutex
 	unavailable reminder
-	lastReason  string
+	// unavailableReported says the current outage was logged.
+	unavailableReported bool
+	lastReason          string
 
 	lastSuccess time.Time
 	failing     reminder // deliveries fail and none succeeds
@@ -74,19 +76,33 @@ type sinkWatch struct {
 	stalled     bool
 }
 
+// unavailableGrace is how long a sink may be unavailable before it is
+// reported: a connection still being made as the relay starts, or
+// re-made at once, is not an outage worth an error line.
+const unavailableGrace = 500 * time.Millisecond
+
 // available records the sink's availability (err nil when available) and
-// returns what to log, if anything.
+// returns what to log, if anything: the outage once it has lasted
+// unavailableGrace, reminders while it lasts, and its end when it was
+// reported.
 func (w *sinkWatch) available(now time.Time, err error) (msg string, attrs []any, isErr bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err == nil {
-		if d := w.unavailable.end(now); d > 0 {
+		reported := w.unavailableReported
+		w.unavailableReported = false
+		if d := w.unavailable.end(now); d > 0 && reported {
 			return "sink available again", []any{"unavailable_for", d.Round(time.Second)}, false
 		}
 		return "", nil, false
 	}
 	w.lastReason = err.Error()
-	if w.unavailable.begin(now) {
+	w.unavailable.begin(now)
+	if !w.unavailableReported {
+		if now.Sub(w.unavailable.since) < unavailableGrace {
+			return "", nil, false
+		}
+		w.unavailableReported = true
 		return "sink unavailable: its rows wait in the table, without spending attempts, until it is back", []any{"reason", w.lastReason}, true
 	}
 	if w.unavailable.due(now) {
