@@ -49,8 +49,26 @@ type Options struct {
 	Mode         string // backlog or steady
 	N            int
 	PayloadBytes int
-	// Rate is the producer's events per second in steady mode.
-	Rate float64
+	// Rate is the producers' events per second in steady mode, from
+	// Producers connections (default 2) inserting RowsPerTx rows per
+	// transaction (default 1).
+	Rate      float64
+	Producers int
+	RowsPerTx int
+	// Archived, when set, fills the archive and the delivered keys with
+	// that many rows delivered over the past six days before the run: a
+	// relay with history.
+	Archived int
+	// ChosenKeys gives every row an idempotency key of the producer's
+	// choosing, which the relay looks up among the delivered keys and
+	// records; otherwise backlog rows get generated keys (steady rows
+	// always carry their sequence number).
+	ChosenKeys bool
+	// NotDue, when set, adds that many rows due in a day beside the
+	// backlog: rows the claims must not slow down for.
+	NotDue int
+	// Progress, when set, receives a progress line every second.
+	Progress io.Writer
 	// Keys, when set, gives the rows that many ordering keys, interleaved
 	// (row i has key i mod Keys), so that each key has N/Keys events.
 	Keys int
@@ -70,6 +88,7 @@ type Result struct {
 	EventsPerSec  float64        `json:"events_per_sec"`
 	P50ms         *float64       `json:"p50_ms"`
 	P99ms         *float64       `json:"p99_ms"`
+	MaxMs         *float64       `json:"max_ms,omitempty"`
 	Mode          string         `json:"mode"`
 	Ordered       bool           `json:"ordered"`
 	Keys          int            `json:"keys,omitempty"`
@@ -83,6 +102,18 @@ type Result struct {
 	StartedAt     string         `json:"started_at"`
 	Extra         map[string]any `json:"extra,omitempty"`
 }
+
+// The figures a run reports in Result.Extra besides the verification
+// counts, so that a deployment can be sized from one line.
+const (
+	// ExtraPostgresCPU is PostgreSQL's CPU seconds per 100k events over the
+	// drain (backlog) or the whole run (steady), or the reason it is
+	// unavailable (a server on another machine).
+	ExtraPostgresCPU = "pg_cpu_s_per_100k"
+	// ExtraRelayCPU is the benchmark process's CPU seconds per 100k events
+	// over the same span: the relay, and in steady mode the producers.
+	ExtraRelayCPU = "relay_cpu_s_per_100k"
+)
 
 // Run performs one measurement and writes its Result to w.
 func Run(ctx context.Context, o Options, w io.Writer) error {
@@ -110,6 +141,10 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	}
 	if err := resetStream(ctx, o.NatsURL); err != nil {
 		return err
+	}
+	pgCPU, pgCPUErr := NewPostgresCPU(ctx, pool)
+	if err := prefill(ctx, pool, o); err != nil {
+		return fmt.Errorf("prefill: %w", err)
 	}
 	sink, err := natssink.New(natssink.Config{URL: o.NatsURL, JetStream: true, Logger: o.Logger})
 	if err != nil {
@@ -142,6 +177,13 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	}
 
 	var start time.Time
+	var pgStart, cpuStart time.Duration
+	startClocks := func() {
+		start, cpuStart = time.Now(), processCPU()
+		if pgCPU != nil {
+			pgStart, pgCPUErr = pgCPU.Used()
+		}
+	}
 	runCtx, stopRelay := context.WithCancel(ctx)
 	defer stopRelay()
 	relayDone := make(chan error, 1)
@@ -155,10 +197,10 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		if _, err := pool.Exec(ctx, "ANALYZE "+outbox.QuoteSchema(o.Schema)+".messages"); err != nil {
 			return err
 		}
-		start = time.Now()
+		startClocks()
 		go func() { relayDone <- r.Run(runCtx) }()
 	case "steady":
-		start = time.Now()
+		startClocks()
 		go func() { relayDone <- r.Run(runCtx) }()
 		if err := produce(ctx, pool, o, lat); err != nil {
 			return fmt.Errorf("produce: %w", err)
@@ -166,13 +208,42 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	default:
 		return fmt.Errorf("unknown mode %q: want backlog or steady", o.Mode)
 	}
-	for delivered() < o.N {
+	var first time.Duration
+	nextProgress := time.Now().Add(time.Second)
+	for n := delivered(); n < o.N; n = delivered() {
 		if ctx.Err() != nil {
-			return fmt.Errorf("only %d of %d delivered: %w", delivered(), o.N, ctx.Err())
+			return fmt.Errorf("only %d of %d delivered: %w", n, o.N, ctx.Err())
+		}
+		if first == 0 && n > 0 {
+			first = time.Since(start)
+		}
+		if o.Progress != nil && time.Now().After(nextProgress) {
+			fmt.Fprintf(o.Progress, "\r%s: %d of %d delivered, %.0f events/s   ", o.Mode, n, o.N, float64(n)/time.Since(start).Seconds())
+			nextProgress = nextProgress.Add(time.Second)
 		}
 		time.Sleep(time.Millisecond)
 	}
+	if o.Progress != nil {
+		fmt.Fprint(o.Progress, "\r\033[K")
+	}
 	elapsed := time.Since(start)
+	if first == 0 {
+		first = elapsed
+	}
+	per100k := func(d time.Duration) float64 { return round(d.Seconds()*100000/float64(o.N), 3) }
+	res.Extra[ExtraRelayCPU] = per100k(processCPU() - cpuStart)
+	if pgCPU != nil && pgCPUErr == nil {
+		var end time.Duration
+		if end, pgCPUErr = pgCPU.Used(); pgCPUErr == nil {
+			res.Extra[ExtraPostgresCPU] = per100k(end - pgStart)
+		}
+	}
+	if pgCPUErr != nil {
+		res.Extra[ExtraPostgresCPU] = "unavailable: " + pgCPUErr.Error()
+	}
+	if o.Mode == "backlog" {
+		res.Extra["first_delivery_ms"] = round(float64(first)/1e6, 1)
+	}
 	stopRelay()
 	if err := <-relayDone; err != nil {
 		return err
@@ -181,22 +252,34 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	res.Seconds = round(elapsed.Seconds(), 4)
 	res.EventsPerSec = round(float64(res.Events)/elapsed.Seconds(), 1)
 	if o.Mode == "steady" {
-		p50, p99 := lat.percentiles()
-		res.P50ms, res.P99ms = &p50, &p99
+		p50, p99, worst := lat.percentiles()
+		res.P50ms, res.P99ms, res.MaxMs = &p50, &p99, &worst
 		res.LatencyBasis = "producer commit -> JetStream ack"
 		res.Extra["target_rate"] = o.Rate
+		res.Extra["producers"], res.Extra["rows_per_tx"] = max(o.Producers, 1), max(o.RowsPerTx, 1)
 	}
+	if o.Archived > 0 {
+		res.Extra["archived_before"] = o.Archived
+	}
+	if o.NotDue > 0 {
+		res.Extra["not_due"] = o.NotDue
+	}
+	res.Extra["chosen_keys"] = o.ChosenKeys || o.Mode == "steady"
 
 	for name, h := range map[string]prometheus.Collector{
 		"claim": cfg.Metrics.ClaimDuration, "settle": cfg.Metrics.SettleDuration,
 		"deliver": cfg.Metrics.DeliverDuration,
 	} {
-		count, mean := histogramStats(h)
-		res.Extra[name+"_count"] = count
-		res.Extra[name+"_mean_ms"] = round(mean*1000, 3)
+		st := histogramStats(h)
+		res.Extra[name+"_count"] = st.count
+		res.Extra[name+"_mean_ms"] = round(st.mean*1000, 3)
+		res.Extra[name+"_p50_ms"] = round(st.quantile(0.50)*1000, 3)
+		res.Extra[name+"_p99_ms"] = round(st.quantile(0.99)*1000, 3)
 	}
 
 	left, archived, err := counts(ctx, pool, o.Schema)
+	left -= int64(o.NotDue)
+	archived -= int64(o.Archived)
 	if err != nil {
 		return err
 	}
@@ -264,7 +347,7 @@ func (l *latencies) ack(key string, t time.Time) {
 	}
 }
 
-func (l *latencies) percentiles() (p50, p99 float64) {
+func (l *latencies) percentiles() (p50, p99, worst float64) {
 	var d []time.Duration
 	for i := range l.commit {
 		c, a := l.commit[i].Load(), l.acked[i].Load()
@@ -273,13 +356,13 @@ func (l *latencies) percentiles() (p50, p99 float64) {
 		}
 	}
 	if len(d) == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	slices.Sort(d)
 	at := func(p float64) float64 {
 		return round(float64(d[int(float64(len(d)-1)*p)])/1e6, 3)
 	}
-	return at(0.50), at(0.99)
+	return at(0.50), at(0.99), at(1)
 }
 
 func streamMsgs(ctx context.Context, url string) (uint64, error) {
@@ -340,9 +423,14 @@ func preload(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 			k := "key-" + strconv.Itoa(i%o.Keys)
 			key = &k
 		}
-		return []any{Subject, Payload(int64(i), o.PayloadBytes), headers(int64(i)), key}, nil
+		var idem *string
+		if o.ChosenKeys {
+			k := "bench-" + strconv.Itoa(i)
+			idem = &k
+		}
+		return []any{Subject, Payload(int64(i), o.PayloadBytes), headers(int64(i)), key, idem}, nil
 	})
-	n, err := pool.CopyFrom(ctx, pgx.Identifier{o.Schema, "messages"}, []string{"topic", "payload", "headers", "key"}, src)
+	n, err := pool.CopyFrom(ctx, pgx.Identifier{o.Schema, "messages"}, []string{"topic", "payload", "headers", "key", "idempotency_key"}, src)
 	if err != nil {
 		return err
 	}
@@ -352,12 +440,16 @@ func preload(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 	return nil
 }
 
-// produce inserts N rows, one per transaction, at o.Rate per second from two
-// connections, recording when each commit returned. Each row's idempotency
-// key is its sequence number.
+// produce inserts N rows at o.Rate per second from o.Producers
+// connections (default 2), o.RowsPerTx rows per transaction (default 1),
+// recording when each commit returned. Each row's idempotency key is its
+// sequence number.
 func produce(ctx context.Context, pool *pgxpool.Pool, o Options, lat *latencies) error {
-	const producers = 2
-	interval := time.Duration(float64(time.Second) / o.Rate)
+	producers, perTx := max(o.Producers, 1), max(o.RowsPerTx, 1)
+	if o.Producers == 0 {
+		producers = 2
+	}
+	interval := time.Duration(float64(time.Second) * float64(perTx) / o.Rate)
 	begin := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -366,24 +458,73 @@ func produce(ctx context.Context, pool *pgxpool.Pool, o Options, lat *latencies)
 	for range producers {
 		wg.Go(func() {
 			for {
-				seq := next.Add(1)
-				if seq > int64(o.N) {
+				txn := next.Add(1) - 1
+				first := txn*int64(perTx) + 1
+				if first > int64(o.N) {
 					return
 				}
-				if d := time.Until(begin.Add(time.Duration(seq-1) * interval)); d > 0 {
+				last := min(first+int64(perTx)-1, int64(o.N))
+				if d := time.Until(begin.Add(time.Duration(txn) * interval)); d > 0 {
 					time.Sleep(d)
 				}
-				if _, err := pool.Exec(ctx, sql, Subject, Payload(seq, o.PayloadBytes), headers(seq), strconv.FormatInt(seq, 10)); err != nil {
+				b := &pgx.Batch{}
+				for seq := first; seq <= last; seq++ {
+					b.Queue(sql, Subject, Payload(seq, o.PayloadBytes), headers(seq), strconv.FormatInt(seq, 10))
+				}
+				// One round trip and one transaction: a pipeline with
+				// a single Sync runs as an implicit transaction.
+				if err := pool.SendBatch(ctx, b).Close(); err != nil {
 					errs <- err
 					return
 				}
-				lat.committed(seq, time.Now())
+				now := time.Now()
+				for seq := first; seq <= last; seq++ {
+					lat.committed(seq, now)
+				}
 			}
 		})
 	}
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// prefill gives the run its history: o.Archived rows in the archive and
+// their keys in the delivered keys, delivered evenly over the past six
+// days, and o.NotDue rows in the outbox due in a day. Then it vacuums and
+// analyzes the tables, as autovacuum would have on a relay that ran for
+// days.
+func prefill(ctx context.Context, pool *pgxpool.Pool, o Options) error {
+	q := outbox.QuoteSchema(o.Schema)
+	if o.Archived > 0 {
+		if _, err := pool.Exec(ctx, `
+INSERT INTO `+q+`.archive (id, topic, payload, headers, idempotency_key, created_at, attempts, delivered_at)
+SELECT -g, 'bench.outbox.history', convert_to(rpad('{"seq":' || g || ',"history":"', $2, 'x'), 'UTF8'),
+       '{"event-type":"order.created"}', 'history-' || g, at - interval '1 second', 1, at
+  FROM generate_series(1, $1::int) AS g,
+       LATERAL (SELECT now() - interval '6 days' + (interval '6 days' * g / $1::int) AS at) AS t`, o.Archived, o.PayloadBytes); err != nil {
+			return fmt.Errorf("fill the archive: %w", err)
+		}
+		if _, err := pool.Exec(ctx, `
+INSERT INTO `+q+`.delivered_keys (idempotency_key, delivered_at)
+SELECT idempotency_key, delivered_at FROM `+q+`.archive WHERE id < 0`); err != nil {
+			return fmt.Errorf("fill the delivered keys: %w", err)
+		}
+	}
+	if o.NotDue > 0 {
+		if _, err := pool.Exec(ctx, `
+INSERT INTO `+q+`.messages (topic, payload, headers, available_at)
+SELECT $3, convert_to(rpad('{"seq":' || g || ',"later":"', $2, 'x'), 'UTF8'), '{"event-type":"order.created"}', now() + interval '1 day'
+  FROM generate_series(1, $1::int) AS g`, o.NotDue, o.PayloadBytes, Subject); err != nil {
+			return fmt.Errorf("add rows not yet due: %w", err)
+		}
+	}
+	if o.Archived > 0 || o.NotDue > 0 {
+		if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) "+q+".archive, "+q+".delivered_keys, "+q+".messages"); err != nil {
+			return fmt.Errorf("vacuum after the prefill: %w", err)
+		}
+	}
+	return nil
 }
 
 // counterValue reads a counter without the test-only prometheus/testutil.
@@ -395,23 +536,56 @@ func counterValue(c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// histogramStats returns the observation count and mean of a histogram (or
-// of every series of a histogram vector).
-func histogramStats(c prometheus.Collector) (count uint64, mean float64) {
+// histStats is what a histogram (or every series of a histogram vector)
+// holds: its count, mean and cumulative buckets.
+type histStats struct {
+	count   uint64
+	mean    float64
+	buckets map[float64]uint64 // upper bound -> cumulative count
+}
+
+// histogramStats sums the series of c.
+func histogramStats(c prometheus.Collector) histStats {
 	ch := make(chan prometheus.Metric, 16)
 	go func() { c.Collect(ch); close(ch) }()
+	st := histStats{buckets: map[float64]uint64{}}
 	var sum float64
 	for m := range ch {
 		var pb dto.Metric
 		if err := m.Write(&pb); err == nil && pb.Histogram != nil {
-			count += pb.Histogram.GetSampleCount()
+			st.count += pb.Histogram.GetSampleCount()
 			sum += pb.Histogram.GetSampleSum()
+			for _, b := range pb.Histogram.GetBucket() {
+				st.buckets[b.GetUpperBound()] += b.GetCumulativeCount()
+			}
 		}
 	}
-	if count > 0 {
-		mean = sum / float64(count)
+	if st.count > 0 {
+		st.mean = sum / float64(st.count)
 	}
-	return count, mean
+	return st
+}
+
+// quantile estimates the q-quantile from the buckets as Prometheus's
+// histogram_quantile does: linearly within the bucket that holds it.
+func (st histStats) quantile(q float64) float64 {
+	if st.count == 0 {
+		return 0
+	}
+	bounds := make([]float64, 0, len(st.buckets))
+	for b := range st.buckets {
+		bounds = append(bounds, b)
+	}
+	slices.Sort(bounds)
+	rank := q * float64(st.count)
+	lower, below := 0.0, uint64(0)
+	for _, b := range bounds {
+		if c := st.buckets[b]; float64(c) >= rank && c > below {
+			return lower + (b-lower)*(rank-float64(below))/float64(c-below)
+		}
+		lower, below = b, st.buckets[b]
+	}
+	return lower // beyond the last bucket: its bound
 }
 
 func round(v float64, places int) float64 {

@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outbox-relay/outbox-relay/internal/bench"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -32,10 +34,16 @@ func main() {
 	rate := flag.Float64("rate", 2000, "steady mode: producer events per second")
 	schema := flag.String("schema", "outbox_bench", "scratch schema")
 	notify := flag.Bool("notify", false, "run the relay with RELAY_NOTIFY=true")
+	producers := flag.Int("producers", 2, "steady mode: producer connections")
+	rowsPerTx := flag.Int("rows-per-tx", 1, "steady mode: rows per producer transaction")
+	archived := flag.Int("archived", 0, "fill the archive with this many rows of history first (compared with the relay on an empty archive, not refloop)")
+	chosenKeys := flag.Bool("chosen-keys", false, "give every row an idempotency key of the producer's choosing (looked up and recorded)")
+	notDue := flag.Int("not-due", 0, "add this many rows due in a day (compared with the relay without them, not refloop)")
 	flag.Parse()
 	o := bench.Options{
 		DatabaseURL: os.Getenv("DATABASE_URL"), NatsURL: os.Getenv("NATS_URL"), Schema: *schema,
 		Mode: *mode, N: *n, PayloadBytes: *payload, Rate: *rate, Timeout: 10 * time.Minute,
+		Producers: *producers, RowsPerTx: *rowsPerTx, Archived: *archived, NotDue: *notDue, ChosenKeys: *chosenKeys,
 		Relay: relay.Config{Notify: *notify},
 	}
 	if o.DatabaseURL == "" || o.NatsURL == "" {
@@ -48,39 +56,99 @@ func main() {
 	}
 }
 
-// compare runs the relay's benchmark and the reference loop (refloop, built
-// from ../shared/refloop) alternately, rounds times each, on the same
-// database and NATS server, and reports every run and the median of the
-// per-round ratios. Ratios from one run are comparable; absolute numbers
-// from different runs are not (the machines are shared and noisy).
+// compare runs the relay's benchmark and a baseline alternately, rounds
+// times each, on the same database and NATS server, and reports every run
+// and the median of the per-round ratios. The baseline is the reference
+// loop (refloop, built from ../shared/refloop), or, when o fills the
+// archive or adds rows not yet due, the relay itself without them. Each
+// run's PostgreSQL CPU is measured over the whole run, inserts included,
+// when the server is local. Ratios from one run are comparable; absolute
+// numbers from different runs are not (the machines are shared and noisy).
 func compare(ctx context.Context, o bench.Options, refloop string, rounds int, w io.Writer) error {
-	var ratios []float64
+	pool, err := pgxpool.New(ctx, o.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	pg, err := bench.NewPostgresCPU(ctx, pool)
+	if err != nil {
+		fmt.Fprintf(w, "PostgreSQL CPU: %v\n", err)
+	}
+	measured := func(run func() (bench.Result, error)) (bench.Result, float64, error) {
+		var before time.Duration
+		if pg != nil {
+			before, _ = pg.Used()
+		}
+		res, err := run()
+		if err != nil || pg == nil {
+			return res, 0, err
+		}
+		after, _ := pg.Used()
+		return res, (after - before).Seconds() * 100000 / float64(o.N), nil
+	}
+	baselineName := "refloop"
+	baseline := func() (bench.Result, error) { return runRefloop(ctx, refloop, o) }
+	if o.Archived > 0 || o.NotDue > 0 {
+		baselineName = "outbox-relay on empty tables"
+		b := o
+		b.Archived, b.NotDue = 0, 0
+		baseline = func() (bench.Result, error) { return runRelay(ctx, b) }
+	}
+	var ratios, cpuRatios []float64
 	for round := 1; round <= rounds; round++ {
-		var ours bytes.Buffer
-		if err := bench.Run(ctx, o, &ours); err != nil {
+		res, ourCPU, err := measured(func() (bench.Result, error) { return runRelay(ctx, o) })
+		if err != nil {
 			return fmt.Errorf("round %d: outbox-relay: %w", round, err)
 		}
-		var res bench.Result
-		if err := json.Unmarshal(ours.Bytes(), &res); err != nil {
-			return err
-		}
-		ref, err := runRefloop(ctx, refloop, o)
+		ref, refCPU, err := measured(baseline)
 		if err != nil {
-			return fmt.Errorf("round %d: refloop: %w", round, err)
+			return fmt.Errorf("round %d: %s: %w", round, baselineName, err)
+		}
+		if o.Archived > 0 || o.NotDue > 0 {
+			// Both runs are the relay: compare their drains, without the
+			// prefill.
+			ourCPU, _ = res.Extra[bench.ExtraPostgresCPU].(float64)
+			refCPU, _ = ref.Extra[bench.ExtraPostgresCPU].(float64)
 		}
 		if !res.Verified || !ref.Verified {
-			return fmt.Errorf("round %d: a run did not verify (outbox-relay %v, refloop %v)", round, res.Verified, ref.Verified)
+			return fmt.Errorf("round %d: a run did not verify (outbox-relay %v, %s %v)", round, res.Verified, baselineName, ref.Verified)
 		}
 		ratio := res.EventsPerSec / ref.EventsPerSec
 		if o.Mode == "steady" && res.P99ms != nil && ref.P99ms != nil {
 			ratio = *ref.P99ms / *res.P99ms
 		}
 		ratios = append(ratios, ratio)
-		fmt.Fprintf(w, "round %d: outbox-relay %s | refloop %s | ratio %.2f\n", round, summary(res), summary(ref), ratio)
+		cpu := ""
+		if pg != nil && refCPU > 0 {
+			cpuRatios = append(cpuRatios, ourCPU/refCPU)
+			cpu = fmt.Sprintf(" | PostgreSQL CPU per 100k %.2f s vs %.2f s (%.2f×)", ourCPU, refCPU, ourCPU/refCPU)
+		}
+		fmt.Fprintf(w, "round %d: outbox-relay %s | %s %s | ratio %.2f%s\n", round, summary(res), baselineName, summary(ref), ratio, cpu)
 	}
-	slices.Sort(ratios)
-	fmt.Fprintf(w, "median ratio (outbox-relay / refloop, %s) over %d rounds: %.2f\n", basis(o.Mode), rounds, ratios[len(ratios)/2])
+	fmt.Fprintf(w, "median ratio (outbox-relay / %s, %s) over %d rounds: %.2f\n", baselineName, basis(o.Mode), rounds, median(ratios))
+	if len(cpuRatios) > 0 {
+		span := "whole run with inserts"
+		if o.Archived > 0 || o.NotDue > 0 {
+			span = "drain"
+		}
+		fmt.Fprintf(w, "median PostgreSQL CPU ratio (outbox-relay / %s, %s, lower is better): %.2f\n", baselineName, span, median(cpuRatios))
+	}
 	return nil
+}
+
+func median(v []float64) float64 {
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+func runRelay(ctx context.Context, o bench.Options) (bench.Result, error) {
+	var out bytes.Buffer
+	if err := bench.Run(ctx, o, &out); err != nil {
+		return bench.Result{}, err
+	}
+	var res bench.Result
+	err := json.Unmarshal(out.Bytes(), &res)
+	return res, err
 }
 
 func basis(mode string) string {
@@ -95,6 +163,9 @@ func summary(r bench.Result) string {
 	if r.P50ms != nil && r.P99ms != nil {
 		s += fmt.Sprintf(", p50 %.1f ms, p99 %.1f ms", *r.P50ms, *r.P99ms)
 	}
+	if first, ok := r.Extra["first_delivery_ms"].(float64); ok {
+		s += fmt.Sprintf(", first after %.0f ms", first)
+	}
 	return s
 }
 
@@ -104,6 +175,7 @@ func runRefloop(ctx context.Context, bin string, o bench.Options) (bench.Result,
 	args := []string{
 		"-n", strconv.Itoa(o.N), "-payload", strconv.Itoa(o.PayloadBytes),
 		"-batch", "1000", "-workers", "2", "-mode", o.Mode,
+		"-producers", strconv.Itoa(max(o.Producers, 1)), "-producer-batch", strconv.Itoa(max(o.RowsPerTx, 1)),
 		"-dsn", o.DatabaseURL, "-nats", o.NatsURL,
 	}
 	if o.Mode == "steady" {

@@ -17,11 +17,17 @@ func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
 			"preloaded backlog (-mode backlog) or insert-to-ack latency at a steady rate (-mode steady).\n"+
 			"It works in a scratch schema (-schema) and the JetStream stream OUTBOX_BENCH, both of which it creates\n"+
 			"with a marker and drops on the next run; it refuses a schema or stream it did not create.\n"+
-			"Prints one JSON line.", inv.Stderr)
+			"Prints one JSON line: events/s, commit-to-ack p50/p99/max (steady), claim and settle p50/p99, CPU seconds\n"+
+			"per 100k events of the relay and of PostgreSQL (when the server runs on this machine), peak RSS.", inv.Stderr)
 	n := fs.Int("n", 100000, "number of events")
 	payload := fs.Int("payload", 256, "payload size in bytes")
 	mode := fs.String("mode", "backlog", "backlog | steady")
 	rate := fs.Float64("rate", 2000, "steady mode: producer events per second")
+	producers := fs.Int("producers", 2, "steady mode: producer connections")
+	rowsPerTx := fs.Int("rows-per-tx", 1, "steady mode: rows per producer transaction")
+	archived := fs.Int("archived", 0, "fill the archive and the delivered keys with this many rows of history first")
+	chosenKeys := fs.Bool("chosen-keys", false, "backlog mode: give every row an idempotency key of the producer's choosing (looked up and recorded for deduplication)")
+	notDue := fs.Int("not-due", 0, "add this many rows due only in a day beside the ones measured")
 	keys := fs.Int("keys", 0, "give the rows this many ordering keys, interleaved (0: no keys)")
 	ordered := fs.Bool("ordered", false, "run the relay in ordered mode (RELAY_ORDERED=true)")
 	notify := fs.Bool("notify", false, "wake the relay on inserts (RELAY_NOTIFY=true)")
@@ -40,7 +46,12 @@ func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
 		return err
 	}
 	o.Mode, o.N, o.PayloadBytes, o.Rate, o.Label, o.Timeout = *mode, *n, *payload, *rate, *label, *timeout
-	o.Keys = *keys
+	o.Keys, o.Producers, o.RowsPerTx, o.Archived, o.NotDue, o.ChosenKeys = *keys, *producers, *rowsPerTx, *archived, *notDue, *chosenKeys
+	if f, ok := inv.Stderr.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			o.Progress = inv.Stderr // a progress line on a terminal, never in a log file
+		}
+	}
 	o.Relay = relay.Config{BatchSize: *batch, MaxInFlight: *inFlight, MaxInFlightBytes: *inFlightBytes, Ordered: *ordered, Notify: *notify}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
