@@ -133,8 +133,10 @@ func TestRelay_DeliversPlainSQLRowsOnceByteForByte(t *testing.T) {
 	relaytest.WaitDrained(t, b.db, relaytest.Budget(n))
 	waitfor.Condition(t, 10*time.Second, "all messages in the stream", func() bool { return b.nats.Count(t, stream) >= n })
 	relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, n)
-	if got := b.db.Count(t, "delivered_keys"); got != n {
-		t.Errorf("delivered_keys holds %d keys, want %d", got, n)
+	// The rows' keys were generated at insert: none can come again, so
+	// none is recorded (TestRelay_OnlyKeysTheProducerChoseAreRecorded).
+	if got := b.db.Count(t, "delivered_keys"); got != 0 {
+		t.Errorf("delivered_keys holds %d keys, want none of the generated ones", got)
 	}
 	waitfor.Count(t, 10*time.Second, "outbox_relay_messages_total{outcome=delivered}", func() float64 {
 		return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("nats", "delivered"))
@@ -332,6 +334,55 @@ func TestRelay_DeliveredKeyIsArchivedAsDuplicateWithoutSending(t *testing.T) {
 	waitfor.Count(t, 10*time.Second, "outbox_relay_messages_total{outcome=deduplicated}", func() float64 {
 		return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("nats", "deduplicated"))
 	}, 1)
+}
+
+// A key the insert generated cannot have been delivered before: the relay
+// neither looks it up nor records it (the cost of deduplication is paid
+// only for keys a producer chose), and a key a producer chose is recorded,
+// whatever the producer wrote into the relay's dedup column.
+func TestRelay_OnlyKeysTheProducerChoseAreRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	start(t, b, cfg)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload) VALUES ('events.a', 'generated')`)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, dedup) VALUES ('events.a', 'chosen', 'order-7', false)`)
+	relaytest.WaitDrained(t, b.db, 10*time.Second)
+
+	msgs := b.nats.Messages(t, stream)
+	if len(msgs) != 2 {
+		t.Fatalf("stream holds %d messages, want 2", len(msgs))
+	}
+	var generated string
+	for _, m := range msgs {
+		if string(m.Data) == "generated" {
+			generated = m.Header.Get("Nats-Msg-Id")
+		}
+	}
+	if len(generated) != 36 {
+		t.Errorf("generated idempotency key %q, want a UUID", generated)
+	}
+	var recorded []string
+	rows, err := b.db.Pool.Query(context.Background(), "SELECT idempotency_key FROM "+b.db.Table("delivered_keys")+" ORDER BY 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		recorded = append(recorded, k)
+	}
+	if len(recorded) != 1 || recorded[0] != "order-7" {
+		t.Errorf("delivered keys %q, want only the chosen key order-7", recorded)
+	}
+	// The chosen key still deduplicates.
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.a', 'chosen again', 'order-7')`)
+	relaytest.WaitDrained(t, b.db, 10*time.Second)
+	if got := b.nats.Count(t, stream); got != 2 {
+		t.Errorf("stream holds %d messages after the chosen key came again, want 2", got)
+	}
 }
 
 func TestRelay_TransientFailuresRetryWithBackoffThenDeliver(t *testing.T) {

@@ -51,7 +51,8 @@ func withinBytes(from, budget, oversized string) string {
 // what both claims return per row: the message, its attempt and claim_seq,
 // whether it was rescued from an expired lease, and whether its idempotency
 // key was already delivered (a LIMIT 1 subquery, so that the planner probes
-// the index per row instead of hashing the whole key table). It writes no
+// the index per row instead of hashing the whole key table; only for keys
+// the producer chose, dedup: a generated key cannot have been delivered). It writes no
 // indexed column, so the update is HOT.
 func leaseRows(from string) string {
 	return `
@@ -64,7 +65,9 @@ func leaseRows(from string) string {
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, m.claim_seq,
            m.id = ANY (ARRAY(SELECT id FROM ` + from + ` WHERE leased_by IS NOT NULL)) AS rescued,
-           (SELECT true FROM %[1]s.delivered_keys AS k WHERE k.idempotency_key = m.idempotency_key LIMIT 1) IS NOT NULL AS duplicate`
+           CASE WHEN m.dedup
+                THEN (SELECT true FROM %[1]s.delivered_keys AS k WHERE k.idempotency_key = m.idempotency_key LIMIT 1) IS NOT NULL
+                ELSE false END AS duplicate`
 }
 
 // Every statement the relay runs. %[1]s is the quoted schema (and %[2]s,
@@ -197,7 +200,7 @@ RETURNING key`
 //
 //   - delivered rows, and rows skipped as duplicates ($1 ids, $2 claim_seq,
 //     $3 duplicate), move to the archive, and the keys of those delivered
-//     are recorded;
+//     are recorded when the producer chose them (dedup);
 //   - rows to try again ($4 ids, $5 claim_seq) end their lease and become
 //     due after $6 microseconds, with $7 as the last error (NULL keeps the
 //     previous one); $8 = true gives the attempt back (released without a
@@ -224,7 +227,7 @@ WITH archived AS (
      USING unnest($1::bigint[], $2::int[], $3::bool[]) AS s(id, claim_seq, duplicate)
      WHERE m.id = ANY ($1::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
-           m.created_at, m.attempts, s.duplicate
+           m.created_at, m.attempts, s.duplicate, m.dedup
 ), archive_insert AS (
     INSERT INTO %[1]s.archive (id, topic, payload, key, headers, idempotency_key, destination,
                                created_at, attempts, delivered_at, duplicate)
@@ -233,7 +236,7 @@ WITH archived AS (
       FROM archived
 ), keys_insert AS (
     INSERT INTO %[1]s.delivered_keys (idempotency_key, delivered_at)
-    SELECT idempotency_key, now() FROM archived WHERE NOT duplicate
+    SELECT idempotency_key, now() FROM archived WHERE dedup AND NOT duplicate
 ), requeued AS (
     UPDATE %[1]s.messages AS m
        SET leased_by = NULL,
@@ -320,6 +323,16 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM %[1]s.messages
        (SELECT count(*) FROM pg_catalog.pg_locks
          WHERE NOT granted AND relation = '%[1]s.messages'::regclass)`
 
+// queryAutovacuum reads whether the server runs autovacuum and whether the
+// hot table of schema $1 allows it (reloptions autovacuum_enabled).
+const queryAutovacuum = `
+SELECT current_setting('autovacuum')::bool,
+       coalesce((SELECT option_value::bool
+                   FROM pg_catalog.pg_class AS c
+                   JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace,
+                        pg_catalog.pg_options_to_table(c.reloptions)
+                  WHERE n.nspname = $1 AND c.relname = 'messages' AND option_name = 'autovacuum_enabled'), true)`
+
 // queryOrderedBacklog counts, in ordered mode, the rows due per sink ($1
 // names the default sink): rows without a key that are due, and the heads
 // of due lanes that are due; rows waiting behind their key's head are not
@@ -367,6 +380,7 @@ type queries struct {
 	relaysLeave, relaysForget               string
 	deleteExpiredArchive, deleteExpiredKeys string
 	backlog, tableHealth                    string
+	autovacuum                              string
 	orderedBacklog, orderedKeys             string
 }
 
@@ -396,6 +410,7 @@ func renderQueries(schema string, ordered bool) queries {
 		deleteExpiredKeys:    f(queryDeliveredKeysDeleteExpired),
 		backlog:              f(queryMessagesBacklog),
 		tableHealth:          f(queryTableHealth),
+		autovacuum:           queryAutovacuum,
 		orderedBacklog:       f(queryOrderedBacklog),
 		orderedKeys:          f(queryOrderedKeys),
 	}

@@ -268,7 +268,7 @@ WITH matched AS (
 const queryArchiveReplay = archiveReplayJudge + `, replayed AS (
     INSERT INTO %[1]s.messages (topic, payload, key, headers, idempotency_key, destination, available_at)
     SELECT topic, payload, key, headers,
-           CASE WHEN $8::bool THEN gen_random_uuid()::text ELSE idempotency_key END,
+           CASE WHEN $8::bool THEN NULL ELSE idempotency_key END,
            destination, now()
       FROM judged
      WHERE NOT pending
