@@ -130,6 +130,7 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	r.log.Info("relay started", "schema", r.cfg.Schema, "mode", r.mode(), "sinks", slices.Sorted(maps.Keys(r.cfg.Sinks)),
 		"default_sink", r.cfg.DefaultSink, "batch_size", r.cfg.BatchSize, "lease", r.cfg.Lease)
+	r.checkAutovacuum(runCtx)
 	var claiming sync.WaitGroup
 	for i, c := range r.claimers() {
 		claiming.Go(func() { r.claimLoop(runCtx, deliverCtx, c, &r.claimHealth[i]) })
