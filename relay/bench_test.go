@@ -1,10 +1,16 @@
 package relay_test
 
 import (
+	"bytes"
+	"encoding/base64"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,3 +128,88 @@ func BenchmarkRelay_WebhookMisbehavingReceiver(b *testing.B) {
 		b.ReportMetric(bad/clean, "ratio")
 	}
 }
+
+// BenchmarkRelay_WebhookVersusBareLoop measures the webhook sink's drain
+// rate at several WEBHOOK_CONCURRENCY settings against a bare Go loop that
+// POSTs the same bodies with 64 requests in flight to the same receiver,
+// alternately, and reports each ratio. The receiver reads the body and
+// answers 204 after 2 ms, standing in for a service doing a little work;
+// on loopback with no delay both are CPU-bound on the two cores. It chose
+// the default concurrency (README, Benchmarks).
+//
+//	go test -run '^$' -bench WebhookVersusBareLoop -benchtime 1x ./relay/
+func BenchmarkRelay_WebhookVersusBareLoop(b *testing.B) {
+	const rows = 30000
+	const receiverDelay = 2 * time.Millisecond
+	var accepted atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		time.Sleep(receiverDelay)
+		accepted.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	b.Cleanup(srv.Close)
+	body := bytes.Repeat([]byte("x"), 256)
+
+	bare := func() float64 {
+		accepted.Store(0)
+		tr := &http.Transport{MaxIdleConnsPerHost: 64}
+		defer tr.CloseIdleConnections()
+		client := &http.Client{Transport: tr}
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		began := time.Now()
+		for range 64 {
+			wg.Go(func() {
+				for next.Add(1) <= rows {
+					req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(body))
+					req.Header.Set("Content-Type", "application/json")
+					resp, err := client.Do(req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		}
+		wg.Wait()
+		return rows / time.Since(began).Seconds()
+	}
+	relayed := func(concurrency int) float64 {
+		db := dbtest.New(b)
+		secrets, err := webhook.ParseSecrets("whsec_" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("k"), 32)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		sink, err := webhook.New(webhook.Config{URL: srv.URL, Secrets: secrets, Concurrency: concurrency, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sink.Close()
+		db.Exec(b, `INSERT INTO %s.messages (topic, payload) SELECT 'orders.created', convert_to(repeat('x', 256), 'UTF8') FROM generate_series(1, $1)`, rows)
+		db.Exec(b, "ANALYZE %s.messages")
+		cfg := relay.Config{Schema: db.Name, Sinks: map[string]sinks.Sink{"webhook": sink},
+			Logger: slog.New(slog.DiscardHandler), Metrics: relay.NewMetrics()}
+		began := time.Now()
+		stop := startOn(b, db.Pool, cfg)
+		defer stop()
+		waitfor.Condition(b, 5*time.Minute, "the backlog to drain", func() bool {
+			return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("webhook", "delivered")) >= rows
+		})
+		return rows / time.Since(began).Seconds()
+	}
+	for range b.N {
+		for _, c := range webhookConcurrencies {
+			base := bare()
+			ours := relayed(c)
+			b.Logf("WEBHOOK_CONCURRENCY=%d: relay %.0f events/s, bare loop (64 in flight) %.0f requests/s, ratio %.2f", c, ours, base, ours/base)
+			b.ReportMetric(ours/base, fmt.Sprintf("ratio-at-%d", c))
+		}
+	}
+}
+
+// webhookConcurrencies are the WEBHOOK_CONCURRENCY settings
+// BenchmarkRelay_WebhookVersusBareLoop compares.
+var webhookConcurrencies = []int{16, 64, 128, 256}
