@@ -306,13 +306,15 @@ SELECT coalesce(destination, $1), count(*)
  GROUP BY 1`
 
 // queryTableHealth reads, in one round trip: the rows waiting for a retry
-// and the dead letters (each up to $2), how long the oldest due row has
+// after a failure (through messages_retry_idx, never the rows scheduled for
+// later) and the dead letters (each up to $2), how long the oldest due row has
 // waited, the hot table's dead tuples (vacuum falling behind) and the lock
 // requests waiting on it now (claims, producers and vacuum contending). $1
 // is the plain schema name.
 const queryTableHealth = `
 SELECT (SELECT count(*) FROM (SELECT 1 FROM %[1]s.messages
-                               WHERE available_at > now() AND leased_by IS NULL AND attempts > 0
+                               WHERE last_error IS NOT NULL AND available_at > now()
+                                 AND leased_by IS NULL AND attempts > 0
                                LIMIT $2) AS b),
        coalesce(extract(epoch FROM now() - (
            SELECT min(available_at) FROM %[1]s.messages

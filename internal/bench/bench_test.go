@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/outbox-relay/outbox-relay/internal/bench"
@@ -27,6 +28,9 @@ func TestRun_EveryModeReportsSaneFigures(t *testing.T) {
 		{"ordered", bench.Options{Mode: "backlog", N: 300, PayloadBytes: 256, Keys: 10, Relay: relay.Config{Ordered: true}}, false},
 		{"large payloads", bench.Options{Mode: "backlog", N: 40, PayloadBytes: 64 << 10, Relay: relay.Config{MaxInFlightBytes: 256 << 10}}, false},
 		{"notify", bench.Options{Mode: "steady", N: 100, PayloadBytes: 256, Rate: 200, Relay: relay.Config{Notify: true}}, true},
+		{"producers with rows per transaction", bench.Options{Mode: "steady", N: 200, PayloadBytes: 256, Rate: 400, Producers: 4, RowsPerTx: 10}, true},
+		{"history and chosen keys", bench.Options{Mode: "backlog", N: 300, PayloadBytes: 256, Archived: 2000, ChosenKeys: true}, false},
+		{"not yet due", bench.Options{Mode: "backlog", N: 300, PayloadBytes: 256, NotDue: 2000}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,9 +61,34 @@ func TestRun_EveryModeReportsSaneFigures(t *testing.T) {
 			if rss, ok := res.Extra["peak_rss_mb"].(float64); !ok || rss <= 0 {
 				t.Errorf("peak_rss_mb = %v, want a positive figure", res.Extra["peak_rss_mb"])
 			}
+			for _, key := range []string{"claim_p50_ms", "claim_p99_ms", "settle_p50_ms", "settle_p99_ms", bench.ExtraRelayCPU} {
+				if v, ok := res.Extra[key].(float64); !ok || v < 0 {
+					t.Errorf("extra %s = %v, want a figure", key, res.Extra[key])
+				}
+			}
+			if res.Extra["claim_p50_ms"].(float64) > res.Extra["claim_p99_ms"].(float64) {
+				t.Errorf("claim p50 %v above its p99 %v", res.Extra["claim_p50_ms"], res.Extra["claim_p99_ms"])
+			}
+			switch v := res.Extra[bench.ExtraPostgresCPU].(type) {
+			case float64:
+				if v <= 0 {
+					t.Errorf("PostgreSQL CPU per 100k events = %v, want a positive figure", v)
+				}
+			case string:
+				if !strings.HasPrefix(v, "unavailable: ") {
+					t.Errorf("PostgreSQL CPU = %q, want a figure or the reason it is unavailable", v)
+				}
+			default:
+				t.Errorf("PostgreSQL CPU = %v, want a figure or the reason it is unavailable", v)
+			}
+			if o.Mode == "backlog" {
+				if v, ok := res.Extra["first_delivery_ms"].(float64); !ok || v <= 0 || v > res.Seconds*1000 {
+					t.Errorf("first_delivery_ms = %v, want a figure within the run's %v s", res.Extra["first_delivery_ms"], res.Seconds)
+				}
+			}
 			if tt.latency {
-				if res.P50ms == nil || res.P99ms == nil || *res.P50ms <= 0 || *res.P50ms > *res.P99ms {
-					t.Errorf("latency p50 %v, p99 %v: want 0 < p50 <= p99", res.P50ms, res.P99ms)
+				if res.P50ms == nil || res.P99ms == nil || res.MaxMs == nil || *res.P50ms <= 0 || *res.P50ms > *res.P99ms || *res.P99ms > *res.MaxMs {
+					t.Errorf("latency p50 %v, p99 %v, max %v: want 0 < p50 <= p99 <= max", res.P50ms, res.P99ms, res.MaxMs)
 				}
 			} else if res.P50ms != nil || res.P99ms != nil {
 				t.Errorf("a backlog run reported latencies: %s", out.String())
