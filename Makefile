@@ -4,7 +4,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/outbox_bench?sslmode=disable
 NATS_URL ?= nats://127.0.0.1:4222
 REFLOOP ?= ../shared/refloop
 
-.PHONY: build test ci bench examples examples-run
+.PHONY: build test ci bench bench-binary examples examples-run
 
 build:
 	.ci/build bin/outbox-relay
@@ -25,6 +25,11 @@ bench:
 	cd $(REFLOOP) && go build -o $(CURDIR)/bin/refloop .
 	psql "$(DATABASE_URL)" -c 'select 1' >/dev/null 2>&1 || psql "$(subst outbox_bench,postgres,$(DATABASE_URL))" -c 'CREATE DATABASE outbox_bench'
 	DATABASE_URL="$(DATABASE_URL)" NATS_URL="$(NATS_URL)" go run ./internal/benchcmp -refloop bin/refloop -rounds $(ROUNDS) $(BENCHFLAGS)
+
+# The same drain measured on the shipped binary (built as CI and the
+# Dockerfile build it), run with its defaults, from exec to an empty table.
+bench-binary: build
+	$(MAKE) bench BENCHFLAGS='-binary bin/outbox-relay $(BENCHFLAGS)'
 
 # The examples' tests: their INSERT statements match the README's and work
 # against a real schema, and the Go example's main runs (part of `make test`).

@@ -29,6 +29,12 @@ const (
 	DedupRetentionDefault   = 7 * 24 * time.Hour
 )
 
+// PoolSize is the number of connections a relay's pool should allow: its
+// claimers (three in ordered mode), settlers, background queries and the
+// RELAY_NOTIFY listener each hold one at times; with fewer, claims wait
+// for a connection.
+const PoolSize = 9
+
 // Config configures a Relay. Zero values take the documented defaults.
 type Config struct {
 	// Schema holds the relay's tables (RELAY_SCHEMA). Default "outbox".

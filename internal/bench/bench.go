@@ -163,7 +163,14 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	if res.Batch == 0 {
 		res.Batch = relay.BatchSizeDefault
 	}
-	relayPool, err := pgxpool.New(ctx, o.DatabaseURL)
+	// The pool the binary gives the relay (pgxpool's default, 4 on two
+	// cores, makes claims wait for connections).
+	pc, err := pgxpool.ParseConfig(o.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	pc.MaxConns = relay.PoolSize
+	relayPool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return err
 	}
@@ -607,4 +614,47 @@ func peakRSS() (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// PrepareBacklog readies a run of another program on the benchmark's
+// scratch schema and stream: both reset, the backlog of o preloaded with
+// COPY and analyzed, as Run does in backlog mode. Verify checks the
+// outcome.
+func PrepareBacklog(ctx context.Context, o Options) error {
+	pool, err := pgxpool.New(ctx, o.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer pool.Close()
+	if err := resetSchema(ctx, pool, o.Schema); err != nil {
+		return err
+	}
+	if err := resetStream(ctx, o.NatsURL); err != nil {
+		return err
+	}
+	if err := preload(ctx, pool, o); err != nil {
+		return fmt.Errorf("preload: %w", err)
+	}
+	_, err = pool.Exec(ctx, "ANALYZE "+outbox.QuoteSchema(o.Schema)+".messages")
+	return err
+}
+
+// Verify reports whether a run on the scratch schema and stream delivered
+// exactly o.N rows: the table empty, the archive and the stream holding
+// o.N each.
+func Verify(ctx context.Context, o Options) (bool, error) {
+	pool, err := pgxpool.New(ctx, o.DatabaseURL)
+	if err != nil {
+		return false, err
+	}
+	defer pool.Close()
+	left, archived, err := counts(ctx, pool, o.Schema)
+	if err != nil {
+		return false, err
+	}
+	msgs, err := streamMsgs(ctx, o.NatsURL)
+	if err != nil {
+		return false, err
+	}
+	return left == 0 && archived == int64(o.N) && msgs == uint64(o.N), nil
 }

@@ -71,8 +71,8 @@ func TestRun_EveryModeReportsSaneFigures(t *testing.T) {
 			}
 			switch v := res.Extra[bench.ExtraPostgresCPU].(type) {
 			case float64:
-				if v <= 0 {
-					t.Errorf("PostgreSQL CPU per 100k events = %v, want a positive figure", v)
+				if v < 0 { // a tiny run may take less than the clock's tick of 10 ms
+					t.Errorf("PostgreSQL CPU per 100k events = %v, want a figure", v)
 				}
 			case string:
 				if !strings.HasPrefix(v, "unavailable: ") {

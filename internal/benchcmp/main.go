@@ -37,6 +37,7 @@ func main() {
 	producers := flag.Int("producers", 2, "steady mode: producer connections")
 	rowsPerTx := flag.Int("rows-per-tx", 1, "steady mode: rows per producer transaction")
 	archived := flag.Int("archived", 0, "fill the archive with this many rows of history first (compared with the relay on an empty archive, not refloop)")
+	binary := flag.String("binary", "", "backlog mode: measure this outbox-relay binary, run with its defaults, from exec until the table is empty (instead of the in-process benchmark)")
 	chosenKeys := flag.Bool("chosen-keys", false, "give every row an idempotency key of the producer's choosing (looked up and recorded)")
 	notDue := flag.Int("not-due", 0, "add this many rows due in a day (compared with the relay without them, not refloop)")
 	flag.Parse()
@@ -50,13 +51,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "benchcmp: set DATABASE_URL and NATS_URL")
 		os.Exit(2)
 	}
-	if err := compare(context.Background(), o, *refloop, *rounds, os.Stdout); err != nil {
+	if *binary != "" && o.Mode != "backlog" {
+		fmt.Fprintln(os.Stderr, "benchcmp: -binary measures a backlog drain only")
+		os.Exit(2)
+	}
+	if err := compare(context.Background(), o, *refloop, *binary, *rounds, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "benchcmp:", err)
 		os.Exit(1)
 	}
 }
 
-// compare runs the relay's benchmark and a baseline alternately, rounds
+// compare runs the relay's benchmark (or the binary, when set: runBinary)
+// and a baseline alternately, rounds
 // times each, on the same database and NATS server, and reports every run
 // and the median of the per-round ratios. The baseline is the reference
 // loop (refloop, built from ../shared/refloop), or, when o fills the
@@ -64,7 +70,7 @@ func main() {
 // run's PostgreSQL CPU is measured over the whole run, inserts included,
 // when the server is local. Ratios from one run are comparable; absolute
 // numbers from different runs are not (the machines are shared and noisy).
-func compare(ctx context.Context, o bench.Options, refloop string, rounds int, w io.Writer) error {
+func compare(ctx context.Context, o bench.Options, refloop, binary string, rounds int, w io.Writer) error {
 	pool, err := pgxpool.New(ctx, o.DatabaseURL)
 	if err != nil {
 		return err
@@ -96,7 +102,11 @@ func compare(ctx context.Context, o bench.Options, refloop string, rounds int, w
 	}
 	var ratios, cpuRatios []float64
 	for round := 1; round <= rounds; round++ {
-		res, ourCPU, err := measured(func() (bench.Result, error) { return runRelay(ctx, o) })
+		ours := func() (bench.Result, error) { return runRelay(ctx, o) }
+		if binary != "" {
+			ours = func() (bench.Result, error) { return runBinary(ctx, binary, o) }
+		}
+		res, ourCPU, err := measured(ours)
 		if err != nil {
 			return fmt.Errorf("round %d: outbox-relay: %w", round, err)
 		}

@@ -15,10 +15,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
-// poolSize covers the relay's claimers (three in ordered mode), settlers,
-// background queries and the RELAY_NOTIFY listener.
-const poolSize = 9
-
 func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 	fs := newFlagSet("run", "Run the relay until SIGTERM or SIGINT (the default command).", inv.Stderr)
 	if err := parseFlags(fs, args); err != nil {
@@ -57,7 +53,7 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 		ep.starting("starting: waiting for the database")
 	}
 
-	pool, err := openPool(ctx, s.DatabaseURL, poolSize)
+	pool, err := openPool(ctx, s.DatabaseURL, relay.PoolSize)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/internal/bench"
+)
+
+// runBinary measures the shipped binary as users run it: the backlog of o
+// is preloaded, then bin runs with its defaults (only the database, NATS
+// and the scratch schema set) and the time from exec until the table is
+// empty is the drain. The relay is then stopped with SIGTERM and the run
+// verified.
+func runBinary(ctx context.Context, bin string, o bench.Options) (bench.Result, error) {
+	if err := bench.PrepareBacklog(ctx, o); err != nil {
+		return bench.Result{}, err
+	}
+	pool, err := pgxpool.New(ctx, o.DatabaseURL)
+	if err != nil {
+		return bench.Result{}, err
+	}
+	defer pool.Close()
+	cmd := exec.CommandContext(ctx, bin, "run")
+	cmd.Env = append(os.Environ(),
+		"DATABASE_URL="+o.DatabaseURL, "NATS_URL="+o.NatsURL, "RELAY_SCHEMA="+o.Schema,
+		"RELAY_HTTP_ADDR=", "LOG_LEVEL=warn")
+	cmd.Stderr = os.Stderr
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		return bench.Result{}, err
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	query := "SELECT EXISTS (SELECT 1 FROM " + pgx.Identifier{o.Schema, "messages"}.Sanitize() + ")"
+	for {
+		var left bool
+		if err := pool.QueryRow(ctx, query).Scan(&left); err != nil {
+			return bench.Result{}, err
+		}
+		if !left {
+			break
+		}
+		if ctx.Err() != nil {
+			return bench.Result{}, ctx.Err()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(began)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		return bench.Result{}, fmt.Errorf("%s run: %w", bin, err)
+	}
+	ok, err := bench.Verify(ctx, o)
+	if err != nil {
+		return bench.Result{}, err
+	}
+	return bench.Result{
+		Name: "outbox-relay (binary)", Events: o.N, Seconds: elapsed.Seconds(),
+		EventsPerSec: float64(o.N) / elapsed.Seconds(), Mode: "backlog", Verified: ok,
+		Extra: map[string]any{},
+	}, nil
+}
