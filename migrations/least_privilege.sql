@@ -56,6 +56,7 @@ GRANT SELECT, UPDATE ON :"schema".relay_mode TO :"relay";
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".relays TO :"relay";
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".lanes TO :"relay";
 GRANT EXECUTE ON FUNCTION :"schema".lanes_prune(text[]) TO :"relay";
+GRANT EXECUTE ON FUNCTION :"schema".messages_apply_mode() TO :"relay";
 
 -- The operator, for `outbox-relay status`, `dead list|retry|purge`, `replay`
 -- and `cancel` (relay/admin/sql.go): it reads every table, puts dead

@@ -74,6 +74,9 @@ func TestLeastPrivilege_ProducerInsertsAndNothingElse(t *testing.T) {
 	if _, err := s.Pool.Exec(ctx, "UPDATE "+q+".relay_mode SET mode = 'ordered'"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.Pool.Exec(ctx, "SELECT "+q+".messages_apply_mode()"); err != nil { // as a switching relay does
+		t.Fatal(err)
+	}
 	if _, err := producer.Exec(ctx, "INSERT INTO "+q+".messages (topic, payload, key) VALUES ('orders.created', 'x', 'order-43')"); err != nil {
 		t.Errorf("producer insert in ordered mode: %v", err)
 	}

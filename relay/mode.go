@@ -115,6 +115,9 @@ func (r *Relay) switchMode(ctx context.Context, tx pgx.Tx, from string) error {
 	if err != nil {
 		return fmt.Errorf("switch the schema to %s mode: %w", want, err)
 	}
+	if _, err := tx.Exec(ctx, r.q.applyMode); err != nil {
+		return fmt.Errorf("switch the schema to %s mode: enable the insert triggers of the mode: %w", want, err)
+	}
 	r.log.Warn("switched the schema's delivery mode: no other relay was alive", "from", from, "to", want)
 	return nil
 }

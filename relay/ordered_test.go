@@ -162,7 +162,7 @@ SELECT (SELECT count(*) FROM `+b.db.Table("messages")+` WHERE key = 'k' AND atte
 func TestRelay_OrderedModeClaimsDoNotWalkTheRowsBehindHeadsInFlight(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.db.Exec(t, `UPDATE %s.relay_mode SET mode = 'ordered'`)
+	b.db.SetMode(t, relay.ModeOrdered)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 100) FROM generate_series(1, 4100) AS i`)
 	// The heads are in flight: leased, their lanes moved to the lease's end.
 	b.db.Exec(t, `UPDATE %s.messages AS m SET leased_by = 'other', leased_until = now() + interval '1 minute', attempts = 1
@@ -264,6 +264,21 @@ func TestRelay_ReplicasOfAnotherModeRefuseToStart(t *testing.T) {
 		return mode == relay.ModeOrdered
 	})
 
+	// The lanes trigger runs only in ordered mode (it cost every insert
+	// statement of the other modes about 40 µs).
+	laneTrigger := func() bool {
+		var enabled bool
+		err := b.db.Pool.QueryRow(context.Background(), `SELECT tgenabled <> 'D' FROM pg_trigger
+			WHERE tgrelid = $1::regclass AND tgname = 'messages_open_lanes'`, b.db.Table("messages")).Scan(&enabled)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return enabled
+	}
+	if !laneTrigger() {
+		t.Errorf("the lanes trigger is disabled in ordered mode")
+	}
+
 	unordered := b.config(t)
 	unordered.ID = "unordered-1"
 	r, err := relay.New(b.db.Pool, unordered)
@@ -289,5 +304,8 @@ func TestRelay_ReplicasOfAnotherModeRefuseToStart(t *testing.T) {
 	}
 	if n := b.db.Count(t, "lanes"); n != 0 {
 		t.Errorf("%d lanes left after switching to unordered", n)
+	}
+	if laneTrigger() {
+		t.Errorf("the lanes trigger is still enabled after switching to unordered")
 	}
 }

@@ -378,6 +378,7 @@ type queries struct {
 	claimLanes, pruneLanes, repairLanes     string
 	backfillLanes, clearLanes               string
 	modeRead, modeSwitch, modeSwitchLock    string
+	applyMode                               string
 	relaysHeartbeat, relaysRestart          string
 	relaysLeave, relaysForget               string
 	deleteExpiredArchive, deleteExpiredKeys string
@@ -404,6 +405,7 @@ func renderQueries(schema string, ordered bool) queries {
 		modeRead:             f(queryModeRead),
 		modeSwitch:           f(queryModeSwitch),
 		modeSwitchLock:       f(queryModeSwitchLock),
+		applyMode:            f(queryModeApply),
 		relaysHeartbeat:      f(queryRelaysHeartbeat),
 		relaysRestart:        f(queryRelaysRestart),
 		relaysLeave:          f(queryRelaysLeave),
@@ -433,6 +435,11 @@ SELECT (SELECT mode FROM %[1]s.relay_mode),
 
 // queryModeSwitch records $1 as the schema's mode, switched by relay $2.
 const queryModeSwitch = `UPDATE %[1]s.relay_mode SET mode = $1, changed_at = now(), changed_by = $2`
+
+// queryModeApply enables the insert trigger that opens lanes in ordered
+// mode and disables it otherwise, as the mode recorded in the transaction
+// says (messages_apply_mode in the migrations).
+const queryModeApply = `SELECT %[1]s.messages_apply_mode()`
 
 // queryModeSwitchLock keeps producers out of the messages table while the
 // mode switches: it waits for every transaction that is inserting to commit

@@ -195,6 +195,15 @@ func (s *Schema) Exec(t testing.TB, sql string, args ...any) int64 {
 	return tag.RowsAffected()
 }
 
+// SetMode records mode as the schema's delivery mode and enables the
+// insert triggers of that mode, as a relay that switches the mode does
+// (without its backfill of lanes: call it before inserting rows).
+func (s *Schema) SetMode(t testing.TB, mode string) {
+	t.Helper()
+	s.Exec(t, `UPDATE %s.relay_mode SET mode = $1`, mode)
+	s.Exec(t, `SELECT %s.messages_apply_mode()`)
+}
+
 // ExecAsRelay is Exec for fixtures that write the relay's own columns
 // (attempts, leases, claim_seq), as a relay would have left them: it skips
 // the insert guard that resets those columns for producers, with

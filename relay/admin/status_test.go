@@ -107,7 +107,7 @@ func TestStatus_EmptySchema(t *testing.T) {
 func TestStatus_OrderedModeShowsRelaysBlockedKeysAndWaitingRows(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	db.Exec(t, `UPDATE %s.relay_mode SET mode = 'ordered'`)
+	db.SetMode(t, "ordered")
 	db.Exec(t, `INSERT INTO %s.relays (id, version, mode, last_seen) VALUES
 	            ('relay-a', 'v1', 'ordered', now()), ('relay-gone', 'v0', 'ordered', now() - interval '5 minutes')`)
 	// Key k: a head that failed twice, in backoff, with 3 rows behind it;
