@@ -99,11 +99,19 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 
 	start := time.Now()
 	var archived, requeued, deadLettered []int64
-	err := r.pool.QueryRow(ctx, r.q.settle, planPerExecution,
-		archive.ids, archive.seqs, archive.duplicate,
-		requeue.ids, requeue.seqs, requeue.delayMicros, requeue.errors, requeue.release,
-		deadLetter.ids, deadLetter.seqs, deadLetter.reasons, deadLetter.errors,
-	).Scan(&archived, &requeued, &deadLettered)
+	var err error
+	if r.q.archiveOnly != "" && len(requeue.ids) == 0 && len(deadLetter.ids) == 0 {
+		// Only deliveries: the shorter statement plans faster.
+		err = r.pool.QueryRow(ctx, r.q.archiveOnly, planPerExecution,
+			archive.ids, archive.seqs, archive.duplicate,
+		).Scan(&archived)
+	} else {
+		err = r.pool.QueryRow(ctx, r.q.settle, planPerExecution,
+			archive.ids, archive.seqs, archive.duplicate,
+			requeue.ids, requeue.seqs, requeue.delayMicros, requeue.errors, requeue.release,
+			deadLetter.ids, deadLetter.seqs, deadLetter.reasons, deadLetter.errors,
+		).Scan(&archived, &requeued, &deadLettered)
+	}
 	if err != nil {
 		return fmt.Errorf("settle %d rows: %w", len(items), err)
 	}

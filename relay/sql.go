@@ -195,6 +195,36 @@ SELECT key FROM keys
 ON CONFLICT (key) DO NOTHING
 RETURNING key`
 
+// settleArchive moves the delivered rows and the rows skipped as
+// duplicates ($1 ids, $2 claim_seq, $3 duplicate) to the archive and
+// records the delivered keys that producers chose (dedup): the first parts
+// of queryMessagesSettle, and the whole of queryMessagesArchive.
+const settleArchive = `archived AS (
+    DELETE FROM %[1]s.messages AS m
+     USING unnest($1::bigint[], $2::int[], $3::bool[]) AS s(id, claim_seq, duplicate)
+     WHERE m.id = ANY ($1::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
+ RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
+           m.created_at, m.attempts, s.duplicate, m.dedup
+), archive_insert AS (
+    INSERT INTO %[1]s.archive (id, topic, payload, key, headers, idempotency_key, destination,
+                               created_at, attempts, delivered_at, duplicate)
+    SELECT id, topic, payload, key, headers, idempotency_key, destination,
+           created_at, attempts, now(), duplicate
+      FROM archived
+), keys_insert AS (
+    INSERT INTO %[1]s.delivered_keys (idempotency_key, delivered_at)
+    SELECT idempotency_key, now() FROM archived WHERE dedup AND NOT duplicate
+)`
+
+// queryMessagesArchive is settleArchive alone, for the settles that only
+// archive (most of them), in unordered mode: PostgreSQL plans each settle
+// for its arrays (planPerExecution), and this statement plans in about a
+// third of the time of the whole settle (0.3 ms against 0.8 ms). It
+// returns the ids archived.
+var queryMessagesArchive = `
+WITH ` + settleArchive + `
+SELECT coalesce((SELECT array_agg(id) FROM archived), '{}')`
+
 // queryMessagesSettle writes down the outcomes of deliveries in one
 // statement (one round trip, one transaction):
 //
@@ -221,23 +251,8 @@ RETURNING key`
 // a filter on a column such as leased_by whose statistics were taken while
 // no row was leased, made PostgreSQL scan the whole table once per settled
 // row.
-const queryMessagesSettle = `
-WITH archived AS (
-    DELETE FROM %[1]s.messages AS m
-     USING unnest($1::bigint[], $2::int[], $3::bool[]) AS s(id, claim_seq, duplicate)
-     WHERE m.id = ANY ($1::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
- RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
-           m.created_at, m.attempts, s.duplicate, m.dedup
-), archive_insert AS (
-    INSERT INTO %[1]s.archive (id, topic, payload, key, headers, idempotency_key, destination,
-                               created_at, attempts, delivered_at, duplicate)
-    SELECT id, topic, payload, key, headers, idempotency_key, destination,
-           created_at, attempts, now(), duplicate
-      FROM archived
-), keys_insert AS (
-    INSERT INTO %[1]s.delivered_keys (idempotency_key, delivered_at)
-    SELECT idempotency_key, now() FROM archived WHERE dedup AND NOT duplicate
-), requeued AS (
+var queryMessagesSettle = `
+WITH ` + settleArchive + `, requeued AS (
     UPDATE %[1]s.messages AS m
        SET leased_by = NULL,
            leased_until = NULL,
@@ -374,11 +389,14 @@ SELECT (SELECT count(*)
 type queries struct {
 	// claim is the claim of queryMessagesClaim: every due row, or in
 	// ordered mode only the rows without a key.
-	claim, settle                           string
-	claimLanes, pruneLanes, repairLanes     string
-	backfillLanes, clearLanes               string
-	modeRead, modeSwitch, modeSwitchLock    string
-	applyMode                               string
+	claim, settle                        string
+	claimLanes, pruneLanes, repairLanes  string
+	backfillLanes, clearLanes            string
+	modeRead, modeSwitch, modeSwitchLock string
+	applyMode                            string
+	// archiveOnly is queryMessagesArchive, empty in ordered mode (where a
+	// settle also moves lanes).
+	archiveOnly                             string
 	relaysHeartbeat, relaysRestart          string
 	relaysLeave, relaysForget               string
 	deleteExpiredArchive, deleteExpiredKeys string
@@ -390,13 +408,14 @@ type queries struct {
 func renderQueries(schema string, ordered bool) queries {
 	s := outbox.QuoteSchema(schema)
 	f := func(q string) string { return fmt.Sprintf(q, s) }
-	condition, lanes := "", ""
+	condition, lanes, archiveOnly := "", "", f(queryMessagesArchive)
 	if ordered {
-		condition, lanes = unkeyedClaimCondition, f(settleLanes)
+		condition, lanes, archiveOnly = unkeyedClaimCondition, f(settleLanes), ""
 	}
 	return queries{
 		claim:                fmt.Sprintf(queryMessagesClaim, s, condition),
 		settle:               fmt.Sprintf(queryMessagesSettle, s, lanes),
+		archiveOnly:          archiveOnly,
 		claimLanes:           f(queryLanesClaim),
 		pruneLanes:           f(queryLanesPrune),
 		repairLanes:          f(queryLanesRepair),
