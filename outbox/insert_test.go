@@ -167,6 +167,7 @@ func TestMessagesTable_PlainSQLContract(t *testing.T) {
 		"header name with space": `INSERT INTO %s.messages (topic, payload, headers) VALUES ('t', 'x', '{"a b": "c"}')`,
 		"header name with colon": `INSERT INTO %s.messages (topic, payload, headers) VALUES ('t', 'x', '{"a:b": "c"}')`,
 		"header value newline":   `INSERT INTO %s.messages (topic, payload, headers) VALUES ('t', 'x', '{"a": "b\nX-Injected: 1"}')`,
+		"header array value":     `INSERT INTO %s.messages (topic, payload, headers) VALUES ('t', 'x', '{"a": ["b"]}')`,
 		"empty topic":            `INSERT INTO %s.messages (topic, payload) VALUES ('', 'x')`,
 		"no payload":             `INSERT INTO %s.messages (topic) VALUES ('t')`,
 		"empty idempotency key":  `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('t', 'x', '')`,

@@ -85,6 +85,11 @@ func (r *Relay) register(ctx context.Context) error {
 			return err
 		}
 	}
+	// The insert triggers of the mode: set by a switch, and repaired here
+	// when something else (a restore, a hand edit) left them wrong.
+	if _, err := tx.Exec(ctx, r.q.applyMode); err != nil {
+		return fmt.Errorf("register relay: enable the insert triggers of %s mode: %w", want, err)
+	}
 	if _, err := tx.Exec(ctx, r.q.relaysHeartbeat, r.cfg.ID, r.cfg.Version, want, r.cfg.Notify); err != nil {
 		return fmt.Errorf("register relay: %w", err)
 	}
@@ -114,9 +119,6 @@ func (r *Relay) switchMode(ctx context.Context, tx pgx.Tx, from string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("switch the schema to %s mode: %w", want, err)
-	}
-	if _, err := tx.Exec(ctx, r.q.applyMode); err != nil {
-		return fmt.Errorf("switch the schema to %s mode: enable the insert triggers of the mode: %w", want, err)
 	}
 	r.log.Warn("switched the schema's delivery mode: no other relay was alive", "from", from, "to", want)
 	return nil

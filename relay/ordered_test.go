@@ -266,15 +266,7 @@ func TestRelay_ReplicasOfAnotherModeRefuseToStart(t *testing.T) {
 
 	// The lanes trigger runs only in ordered mode (it cost every insert
 	// statement of the other modes about 40 µs).
-	laneTrigger := func() bool {
-		var enabled bool
-		err := b.db.Pool.QueryRow(context.Background(), `SELECT tgenabled <> 'D' FROM pg_trigger
-			WHERE tgrelid = $1::regclass AND tgname = 'messages_open_lanes'`, b.db.Table("messages")).Scan(&enabled)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return enabled
-	}
+	laneTrigger := func() bool { return laneTriggerEnabled(t, b) }
 	if !laneTrigger() {
 		t.Errorf("the lanes trigger is disabled in ordered mode")
 	}
@@ -307,5 +299,39 @@ func TestRelay_ReplicasOfAnotherModeRefuseToStart(t *testing.T) {
 	}
 	if laneTrigger() {
 		t.Errorf("the lanes trigger is still enabled after switching to unordered")
+	}
+}
+
+// laneTriggerEnabled reports whether the insert trigger that opens lanes
+// fires for producers' inserts.
+func laneTriggerEnabled(t *testing.T, b *bundle) bool {
+	t.Helper()
+	var enabled bool
+	err := b.db.Pool.QueryRow(context.Background(), `SELECT tgenabled IN ('O', 'A') FROM pg_trigger
+		WHERE tgrelid = $1::regclass AND tgname = 'messages_open_lanes'`, b.db.Table("messages")).Scan(&enabled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return enabled
+}
+
+// A schema recorded as ordered whose lanes trigger is off (a restore, a
+// hand edit) is repaired by the next relay that registers: keyed rows
+// inserted after it get their lanes at once.
+func TestRelay_RegisteringRepairsTheLaneTrigger(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.db.Exec(t, `UPDATE %s.relay_mode SET mode = 'ordered'`) // without messages_apply_mode
+	if laneTriggerEnabled(t, b) {
+		t.Fatal("the lanes trigger is enabled before any ordered relay registered")
+	}
+	cfg := b.config(t)
+	cfg.Ordered = true
+	start(t, b, cfg)
+	waitfor.Condition(t, 10*time.Second, "the lanes trigger to be enabled", func() bool { return laneTriggerEnabled(t, b) })
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'x', 'k')`)
+	relaytest.WaitDrained(t, b.db, 10*time.Second)
+	if got := b.nats.Count(t, stream); got != 1 {
+		t.Errorf("stream holds %d messages, want the keyed row delivered", got)
 	}
 }

@@ -21,13 +21,13 @@ const clockTicks = 100
 // backend of pool, its own time and that of its children that have ended
 // (cutime, cstime), and the time of every live child (backends, autovacuum,
 // the checkpointer, WAL writer, ...). Differences between two readings are
-// the server's CPU over that span. It returns false, with the reason, when
-// the server is not a local process it can read.
+// the server's CPU over that span.
 type PostgresCPU struct {
 	postmaster int
 }
 
-// NewPostgresCPU finds the server's postmaster through a backend of pool.
+// NewPostgresCPU finds the server's postmaster through a backend of pool,
+// or says why it cannot (the server is not a process of this machine).
 func NewPostgresCPU(ctx context.Context, pool *pgxpool.Pool) (*PostgresCPU, error) {
 	var backend int
 	if err := pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
@@ -47,29 +47,40 @@ func NewPostgresCPU(ctx context.Context, pool *pgxpool.Pool) (*PostgresCPU, erro
 	return &PostgresCPU{postmaster: st.ppid}, nil
 }
 
-// Used returns the CPU time the server has used so far.
+// Used returns the CPU time the server has used so far. A child that ends
+// between the reading of the postmaster and the scan of its children would
+// be counted in neither: the reading is taken again when the postmaster's
+// count of ended children changed meanwhile.
 func (p *PostgresCPU) Used() (time.Duration, error) {
-	pm, err := readStat(p.postmaster)
-	if err != nil {
-		return 0, err
-	}
-	ticks := pm.utime + pm.stime + pm.cutime + pm.cstime
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+	for try := 0; ; try++ {
+		pm, err := readStat(p.postmaster)
 		if err != nil {
-			continue
+			return 0, err
 		}
-		st, err := readStat(pid)
-		if err != nil || st.ppid != p.postmaster {
-			continue // gone meanwhile, or not the server's
+		ticks := pm.utime + pm.stime + pm.cutime + pm.cstime
+		entries, err := os.ReadDir("/proc")
+		if err != nil {
+			return 0, err
 		}
-		ticks += st.utime + st.stime
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			st, err := readStat(pid)
+			if err != nil || st.ppid != p.postmaster {
+				continue // gone meanwhile, or not the server's
+			}
+			ticks += st.utime + st.stime
+		}
+		after, err := readStat(p.postmaster)
+		if err != nil {
+			return 0, err
+		}
+		if after.cutime+after.cstime == pm.cutime+pm.cstime || try == 4 {
+			return time.Duration(ticks) * time.Second / clockTicks, nil
+		}
 	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
 type procStat struct {

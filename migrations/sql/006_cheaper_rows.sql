@@ -47,8 +47,10 @@ END
 $$;
 
 -- The headers check walks the object once instead of three times (a third
--- less of the insert's cost for it); it accepts and refuses the same values
--- and keeps its name, which producers see in errors.
+-- less of the insert's cost for it) and keeps its name, which producers see
+-- in errors. It also refuses what the old one let through by accident: an
+-- array of strings as a header's value (lax mode unwrapped it), which no
+-- sink can send and the relay dead-lettered as unreadable.
 ALTER DOMAIN {{.schema}}.headers DROP CONSTRAINT headers_must_be_a_json_object_of_strings;
 ALTER DOMAIN {{.schema}}.headers ADD CONSTRAINT headers_must_be_a_json_object_of_strings CHECK (
     VALUE IS NULL OR (
@@ -68,16 +70,17 @@ CREATE INDEX messages_retry_idx ON {{.schema}}.messages (available_at) WHERE las
 -- The trigger that opens ordered-mode lanes ran for every inserting
 -- statement in every mode (it keeps the statement's rows in a transition
 -- table, then looks the mode up): about 40 µs of a single-row insert. It is
--- now enabled only while the schema is in ordered mode. A relay that
--- switches the mode calls messages_apply_mode in the transaction that
--- switches it, which holds producers out; it is SECURITY DEFINER because
--- only the table's owner may enable a trigger, and it only ever applies the
--- recorded mode.
+-- now enabled only while the schema is in ordered mode. A relay calls
+-- messages_apply_mode as it registers (in the transaction that switches
+-- the mode, which holds producers out, when it switches it; a no-op when
+-- the trigger is already right); it is SECURITY DEFINER because only the
+-- table's owner may enable a trigger, and it only ever applies the recorded
+-- mode.
 CREATE FUNCTION {{.schema}}.messages_apply_mode() RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     ordered boolean := (SELECT mode FROM {{.schema}}.relay_mode) = 'ordered';
-    enabled boolean := (SELECT tgenabled <> 'D' FROM pg_trigger
+    enabled boolean := (SELECT tgenabled IN ('O', 'A') FROM pg_trigger
                          WHERE tgrelid = '{{.schema}}.messages'::regclass AND tgname = 'messages_open_lanes');
 BEGIN
     IF ordered AND NOT enabled THEN
