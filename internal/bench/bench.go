@@ -197,13 +197,10 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	switch o.Mode {
 	case "backlog":
 		t0 := time.Now()
-		if err := preload(ctx, pool, o); err != nil {
-			return fmt.Errorf("preload: %w", err)
-		}
-		res.InsertSeconds = round(time.Since(t0).Seconds(), 4)
-		if _, err := pool.Exec(ctx, "ANALYZE "+outbox.QuoteSchema(o.Schema)+".messages"); err != nil {
+		if err := loadBacklog(ctx, pool, o); err != nil {
 			return err
 		}
+		res.InsertSeconds = round(time.Since(t0).Seconds(), 4)
 		startClocks()
 		go func() { relayDone <- r.Run(runCtx) }()
 	case "steady":
@@ -284,21 +281,15 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		res.Extra[name+"_p99_ms"] = round(st.quantile(0.99)*1000, 3)
 	}
 
-	left, archived, err := counts(ctx, pool, o.Schema)
-	left -= int64(o.NotDue)
-	archived -= int64(o.Archived)
+	v, err := verify(ctx, pool, o)
 	if err != nil {
 		return err
 	}
-	msgs, err := streamMsgs(ctx, o.NatsURL)
-	if err != nil {
-		return err
-	}
-	res.Extra["outbox_left"], res.Extra["archived"], res.Extra["stream_msgs"] = left, archived, msgs
+	res.Extra["outbox_left"], res.Extra["archived"], res.Extra["stream_msgs"] = v.left, v.archived, v.msgs
 	if rss, ok := peakRSS(); ok {
 		res.Extra["peak_rss_mb"] = round(float64(rss)/(1<<20), 1)
 	}
-	res.Verified = left == 0 && archived == int64(o.N) && msgs == uint64(o.N)
+	res.Verified = v.ok
 	return json.NewEncoder(w).Encode(res)
 }
 
@@ -616,10 +607,19 @@ func peakRSS() (int64, bool) {
 	return 0, false
 }
 
+// loadBacklog preloads the backlog of o with COPY and analyzes the table.
+func loadBacklog(ctx context.Context, pool *pgxpool.Pool, o Options) error {
+	if err := preload(ctx, pool, o); err != nil {
+		return fmt.Errorf("preload: %w", err)
+	}
+	_, err := pool.Exec(ctx, "ANALYZE "+outbox.QuoteSchema(o.Schema)+".messages")
+	return err
+}
+
 // PrepareBacklog readies a run of another program on the benchmark's
-// scratch schema and stream: both reset, the backlog of o preloaded with
-// COPY and analyzed, as Run does in backlog mode. Verify checks the
-// outcome.
+// scratch schema and stream as Run does in backlog mode: both reset, the
+// history and rows not yet due of o added, its backlog loaded. Verify
+// checks the outcome.
 func PrepareBacklog(ctx context.Context, o Options) error {
 	pool, err := pgxpool.New(ctx, o.DatabaseURL)
 	if err != nil {
@@ -632,29 +632,42 @@ func PrepareBacklog(ctx context.Context, o Options) error {
 	if err := resetStream(ctx, o.NatsURL); err != nil {
 		return err
 	}
-	if err := preload(ctx, pool, o); err != nil {
-		return fmt.Errorf("preload: %w", err)
+	if err := prefill(ctx, pool, o); err != nil {
+		return fmt.Errorf("prefill: %w", err)
 	}
-	_, err = pool.Exec(ctx, "ANALYZE "+outbox.QuoteSchema(o.Schema)+".messages")
-	return err
+	return loadBacklog(ctx, pool, o)
 }
 
 // Verify reports whether a run on the scratch schema and stream delivered
-// exactly o.N rows: the table empty, the archive and the stream holding
-// o.N each.
+// exactly o.N rows (verify).
 func Verify(ctx context.Context, o Options) (bool, error) {
 	pool, err := pgxpool.New(ctx, o.DatabaseURL)
 	if err != nil {
 		return false, err
 	}
 	defer pool.Close()
+	v, err := verify(ctx, pool, o)
+	return v.ok, err
+}
+
+// verification is what a run left: rows of the run still in the table and
+// in the archive (the prefill's excluded), and messages in the stream.
+type verification struct {
+	left, archived int64
+	msgs           uint64
+	ok             bool // none left, o.N archived, o.N in the stream
+}
+
+func verify(ctx context.Context, pool *pgxpool.Pool, o Options) (verification, error) {
 	left, archived, err := counts(ctx, pool, o.Schema)
 	if err != nil {
-		return false, err
+		return verification{}, err
 	}
 	msgs, err := streamMsgs(ctx, o.NatsURL)
 	if err != nil {
-		return false, err
+		return verification{}, err
 	}
-	return left == 0 && archived == int64(o.N) && msgs == uint64(o.N), nil
+	v := verification{left: left - int64(o.NotDue), archived: archived - int64(o.Archived), msgs: msgs}
+	v.ok = v.left == 0 && v.archived == int64(o.N) && v.msgs == uint64(o.N)
+	return v, nil
 }

@@ -37,28 +37,13 @@ func runBinary(ctx context.Context, bin string, o bench.Options) (bench.Result, 
 	if err := cmd.Start(); err != nil {
 		return bench.Result{}, err
 	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	}()
-	query := "SELECT EXISTS (SELECT 1 FROM " + pgx.Identifier{o.Schema, "messages"}.Sanitize() + ")"
-	for {
-		var left bool
-		if err := pool.QueryRow(ctx, query).Scan(&left); err != nil {
-			return bench.Result{}, err
-		}
-		if !left {
-			break
-		}
-		if ctx.Err() != nil {
-			return bench.Result{}, ctx.Err()
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	elapsed := time.Since(began)
+	elapsed, drainErr := untilDrained(ctx, pool, o, began)
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		return bench.Result{}, fmt.Errorf("%s run: %w", bin, err)
+	}
+	if drainErr != nil {
+		return bench.Result{}, drainErr
 	}
 	ok, err := bench.Verify(ctx, o)
 	if err != nil {
@@ -69,4 +54,24 @@ func runBinary(ctx context.Context, bin string, o bench.Options) (bench.Result, 
 		EventsPerSec: float64(o.N) / elapsed.Seconds(), Mode: "backlog", Verified: ok,
 		Extra: map[string]any{},
 	}, nil
+}
+
+// untilDrained polls until the rows of o's backlog have left the table and
+// returns the time since began. Rows due only later (o.NotDue) stay.
+func untilDrained(ctx context.Context, pool *pgxpool.Pool, o bench.Options, began time.Time) (time.Duration, error) {
+	query := "SELECT count(*) FROM (SELECT 1 FROM " + pgx.Identifier{o.Schema, "messages"}.Sanitize() +
+		" WHERE available_at <= now() LIMIT 1) AS due"
+	for {
+		var due int
+		if err := pool.QueryRow(ctx, query).Scan(&due); err != nil {
+			return 0, err
+		}
+		if due == 0 {
+			return time.Since(began), nil
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

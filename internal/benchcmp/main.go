@@ -51,8 +51,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "benchcmp: set DATABASE_URL and NATS_URL")
 		os.Exit(2)
 	}
-	if *binary != "" && o.Mode != "backlog" {
-		fmt.Fprintln(os.Stderr, "benchcmp: -binary measures a backlog drain only")
+	if *binary != "" && (o.Mode != "backlog" || o.Archived > 0 || o.NotDue > 0) {
+		fmt.Fprintln(os.Stderr, "benchcmp: -binary measures a backlog drain against refloop only (no -mode steady, -archived or -not-due)")
 		os.Exit(2)
 	}
 	if err := compare(context.Background(), o, *refloop, *binary, *rounds, os.Stdout); err != nil {
