@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/natstest"
 	"github.com/outbox-relay/outbox-relay/internal/tlstest"
+	"github.com/outbox-relay/outbox-relay/sinks/webhook"
 )
 
 // settingsBase enables every sink, so that every variable has something to
@@ -156,6 +157,10 @@ func TestSettings_DefaultsMatchTheEngine(t *testing.T) {
 	}
 	if s.HTTPAddr == "" || !s.Migrate {
 		t.Errorf("HTTPAddr %q, Migrate %v: want the defaults", s.HTTPAddr, s.Migrate)
+	}
+	hooks := mustSettings(t, []string{"DATABASE_URL=postgres://x@127.0.0.1/db", "WEBHOOK_URL=https://hooks.example.com/", "WEBHOOK_SECRET=" + testSecret})
+	if got := hooks.Sinks["webhook"].(webhook.Config).Concurrency; got != 64 {
+		t.Errorf("WEBHOOK_CONCURRENCY unset gives %d, want the measured default 64", got)
 	}
 	empty := mustSettings(t, []string{"DATABASE_URL=postgres://x@127.0.0.1/db", "NATS_URL=nats://127.0.0.1:4222", "RELAY_HTTP_ADDR="})
 	if empty.HTTPAddr != "" {
