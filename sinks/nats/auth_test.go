@@ -61,6 +61,20 @@ func recoveries(l *logBuffer, reason string) []string {
 	return out
 }
 
+// assertOneRecoveryLine waits for the info line that says the sink is back
+// and names the failure it ends, then checks there is exactly one. nats.go
+// runs its reconnected callback on its own goroutine, so the connection can
+// be usable a moment before the line is written.
+func assertOneRecoveryLine(t *testing.T, logs *logBuffer, reason string) {
+	t.Helper()
+	waitfor.Condition(t, 10*time.Second, "the info line on recovery", func() bool {
+		return len(recoveries(logs, reason)) > 0
+	})
+	if got := recoveries(logs, reason); len(got) != 1 {
+		t.Errorf("info lines on recovery: %q, want one naming the failure it ends", got)
+	}
+}
+
 func (l *logBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -259,9 +273,7 @@ func TestSink_RenewedCredsFileIsUsedAtTheNextAttempt(t *testing.T) {
 
 	copyFile(t, op.Creds(t), creds)
 	waitfor.Condition(t, 30*time.Second, "the sink to connect with the renewed file", func() bool { return s.Available() == nil })
-	if got := recoveries(logs, "authorization violation"); len(got) != 1 {
-		t.Errorf("info lines on recovery: %q, want one naming the failure it ends", got)
-	}
+	assertOneRecoveryLine(t, logs, "authorization violation")
 	for i, err := range deliver(t, s, sinktest.Messages(t, 2)) {
 		if err != nil {
 			t.Errorf("message %d: %v", i, err)
@@ -424,9 +436,7 @@ func TestSink_RefusedAtReconnection(t *testing.T) {
 
 	srv.RestartWith(users(relayPub, testPub))
 	waitfor.Condition(t, 30*time.Second, "the sink to reconnect", func() bool { return s.Available() == nil })
-	if got := recoveries(logs, "authorization violation"); len(got) != 1 {
-		t.Errorf("info lines on recovery: %q, want one naming the failure it ends", got)
-	}
+	assertOneRecoveryLine(t, logs, "authorization violation")
 	waitfor.Condition(t, 15*time.Second, "deliveries to succeed after the restart", func() bool {
 		for _, err := range deliver(t, s, sinktest.Messages(t, 1)) {
 			if err != nil {
