@@ -44,8 +44,9 @@ GRANT SELECT (idempotency_key) ON :"schema".messages TO :"producer";
 -- The relay, run with RELAY_MIGRATE=false: what its statements (relay/sql.go)
 -- read and write, and no DDL. It claims and settles rows (FOR UPDATE and the
 -- LOCK of a mode switch need UPDATE), archives them, records delivered keys,
--- dead-letters, registers itself, keeps the mode and the ordered-mode lanes,
--- deletes expired archive rows and keys, and checks the schema's version.
+-- dead-letters, registers itself, keeps the mode, the ordered-mode lanes and
+-- the partitioned-mode buckets, deletes expired archive rows and keys, and
+-- checks the schema's version.
 GRANT USAGE ON SCHEMA :"schema" TO :"relay";
 GRANT SELECT ON :"schema".schema_version TO :"relay";
 GRANT SELECT, UPDATE, DELETE ON :"schema".messages TO :"relay";
@@ -55,6 +56,7 @@ GRANT SELECT, INSERT ON :"schema".dead_letters TO :"relay";
 GRANT SELECT, UPDATE ON :"schema".relay_mode TO :"relay";
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".relays TO :"relay";
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".lanes TO :"relay";
+GRANT SELECT, UPDATE ON :"schema".buckets TO :"relay";
 GRANT EXECUTE ON FUNCTION :"schema".lanes_prune(text[]) TO :"relay";
 GRANT EXECUTE ON FUNCTION :"schema".messages_apply_mode() TO :"relay";
 
@@ -72,5 +74,6 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".dead_letters TO :"operator";
 GRANT SELECT ON :"schema".relay_mode TO :"operator";
 GRANT SELECT ON :"schema".relays TO :"operator";
 GRANT SELECT, UPDATE ON :"schema".lanes TO :"operator";
+GRANT SELECT ON :"schema".buckets TO :"operator";
 
 COMMIT;

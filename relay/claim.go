@@ -32,6 +32,18 @@ type claimed struct {
 	// unreadable, when set, says why the relay could not read the row: it
 	// is dead-lettered without being sent.
 	unreadable string
+	// bucket is the row's bucket, and epoch, in partitioned mode, the
+	// epoch under which this relay owned it when it claimed the row.
+	bucket int32
+	epoch  int64
+}
+
+// heldKey is a key a claim reports without claiming its rows: in ordered
+// mode a lane found empty, in partitioned mode a key whose older row is
+// elsewhere (in flight, backing off) until about until.
+type heldKey struct {
+	key   string
+	until time.Time
 }
 
 // claimShutdownGrace is how long a claim under way may go on once shutdown
@@ -48,16 +60,30 @@ type claimer struct {
 	wake <-chan struct{}
 	// batch, when set, is the most rows per claim; else BatchSize.
 	batch int
+	// eager makes an empty claim wait eagerPause, not PollInterval, while
+	// the loop found rows within the last PollInterval.
+	eager bool
 }
 
 // claimers returns the claim loops. Two run, so that while one waits for its
 // statement the other can claim: in ordered mode one claims the heads of
 // keys through their lanes and the other the rows without a key, which are
-// never held up by keys; otherwise both claim any due row.
+// never held up by keys; in partitioned mode both claim from the owned
+// buckets; otherwise both claim any due row.
 func (r *Relay) claimers() []claimer {
 	if r.cfg.Ordered {
 		heads := claimer{what: "heads of keys", claim: r.claimLanes, wake: r.keyedWake, batch: max(r.cfg.BatchSize/4, 1)}
 		return []claimer{heads, heads, {what: "rows without a key", claim: r.claim}}
+	}
+	if r.cfg.Partitioned {
+		// Each relay sees only its buckets' part of a stream, which a
+		// claim often finds empty while the stream goes on: one loop
+		// looks again soon (eagerPause) until a whole poll interval
+		// has passed without rows, as a loop of the other modes does
+		// while it finds rows. The other helps with backlogs.
+		lead := r.bucketClaimer()
+		lead.eager = true
+		return []claimer{lead, r.bucketClaimer()}
 	}
 	return []claimer{{what: "rows", claim: r.claim}, {what: "rows", claim: r.claim}}
 }
@@ -69,6 +95,7 @@ func (r *Relay) claimers() []claimer {
 func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c claimer, health *claimHealth) {
 	failures := 0
 	var failing reminder
+	var lastRows time.Time // when a claim last found rows
 	for ctx.Err() == nil {
 		// Taken before the claim: a notification during the claim ends the
 		// pause after it.
@@ -135,6 +162,9 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 			failures = 0
 		}
 		health.succeeded()
+		if len(batch) > 0 {
+			lastRows = time.Now()
+		}
 		switch {
 		case len(batch) == limit:
 			// A full batch: more are waiting, claim again at once.
@@ -142,6 +172,8 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 			// Rows are arriving: look again soon, so that a steady
 			// stream is not delayed by a whole poll interval.
 			pause(ctx, jittered(r.cfg.PollInterval/10), c.wake, notified)
+		case c.eager && time.Since(lastRows) < r.cfg.PollInterval:
+			pause(ctx, jittered(r.eagerPause()), c.wake, notified)
 		default:
 			pause(ctx, jittered(r.cfg.PollInterval), c.wake, notified)
 		}
@@ -202,12 +234,16 @@ func (r *Relay) claimLanes(ctx context.Context, limit int, bytes int64, oversize
 	if err != nil {
 		return nil, fmt.Errorf("claim heads of keys: %w", err)
 	}
-	batch, empty, err := r.readClaimed(rows, limit)
+	batch, held, err := r.readClaimed(rows, limit)
 	if err != nil {
 		return nil, err
 	}
 	r.observeClaim(start, batch)
-	if len(empty) > 0 {
+	if len(held) > 0 {
+		empty := make([]string, len(held))
+		for i := range held {
+			empty[i] = held[i].key
+		}
 		// The rows are leased already: a failed prune only leaves the
 		// lanes for a later claim to find empty again.
 		if _, err := r.pool.Exec(ctx, r.q.pruneLanes, empty); err != nil {
@@ -222,14 +258,22 @@ func (r *Relay) claimLanes(ctx context.Context, limit int, bytes int64, oversize
 const laneRecheck = time.Second
 
 // readClaimed reads the rows of a claim statement. A row whose first column
-// is NULL reports a lane without rows left (queryLanesClaim): its last
-// column, the key, goes to empty.
-func (r *Relay) readClaimed(rows pgx.Rows, limit int) (batch []claimed, empty []string, err error) {
+// is NULL reports a key whose rows were not claimed (a lane without rows
+// left, queryLanesClaim; a key held back, queryBucketsClaim): its last
+// column is the key, its created_at column when to look at it again.
+func (r *Relay) readClaimed(rows pgx.Rows, limit int) (batch []claimed, held []heldKey, err error) {
 	defer rows.Close()
 	batch = make([]claimed, 0, limit)
 	for rows.Next() {
 		if raw := rows.RawValues(); raw[0] == nil {
-			empty = append(empty, string(raw[len(raw)-1]))
+			h := heldKey{key: string(raw[len(raw)-1])}
+			if raw[7] != nil {
+				var until pgtype.Timestamptz
+				if err := rows.Scan(nil, nil, nil, nil, nil, nil, nil, &until, nil, nil, nil, nil, nil, nil); err == nil {
+					h.until = finite(until)
+				}
+			}
+			held = append(held, h)
 			continue
 		}
 		var (
@@ -239,7 +283,7 @@ func (r *Relay) readClaimed(rows pgx.Rows, limit int) (batch []claimed, empty []
 			createdAt                  pgtype.Timestamptz
 		)
 		err := rows.Scan(&c.ID, &c.Topic, &c.Payload, &key, &headers, &c.IdempotencyKey, &destination,
-			&createdAt, &c.Attempt, &c.seq, &c.rescued, &c.duplicate, &emptyKey)
+			&createdAt, &c.Attempt, &c.seq, &c.rescued, &c.duplicate, &c.bucket, &emptyKey)
 		if err == nil {
 			c.Headers, err = parseHeaders(headers)
 		}
@@ -271,7 +315,7 @@ func (r *Relay) readClaimed(rows pgx.Rows, limit int) (batch []claimed, empty []
 		return nil, nil, fmt.Errorf("claim batch: %w", err)
 	}
 	slices.SortFunc(batch, func(a, b claimed) int { return cmp.Compare(a.ID, b.ID) })
-	return batch, empty, nil
+	return batch, held, nil
 }
 
 // readIDAndSeq reads the id and claim_seq of the current row alone, for a

@@ -75,6 +75,13 @@ type Config struct {
 	// no other) until it is delivered or dead-lettered. Rows without a key
 	// are never held up.
 	Ordered bool
+	// Partitioned gives each relay a share of 64 buckets
+	// (RELAY_MODE=partitioned): a row's bucket follows from its key (its id
+	// when it has none), and only the bucket's owner claims and settles its
+	// rows, so relays never contend for rows. A key's rows are delivered in
+	// insert order, each as soon as the one before it is acknowledged.
+	// Excludes Ordered.
+	Partitioned bool
 	// Notify makes producers' inserts wake the relay (RELAY_NOTIFY): it
 	// LISTENs on a dedicated connection, and while it is alive every
 	// inserting statement sends one NOTIFY, so that a row is claimed as soon
@@ -212,6 +219,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("BackoffMin, BackoffMax: need 0 < %s <= %s", c.BackoffMin, c.BackoffMax)
 	case c.DrainTimeout < 0:
 		return fmt.Errorf("DrainTimeout: %s is negative", c.DrainTimeout)
+	case c.Ordered && c.Partitioned:
+		return errors.New("Ordered, Partitioned: a relay runs one mode (partitioned mode keeps each key's order itself)")
 	}
 	return nil
 }

@@ -24,47 +24,75 @@ import (
 // ends first (shutdown), unfinished rows are released.
 func (r *Relay) deliver(ctx context.Context, name string, batch []claimed, deadline time.Time) {
 	defer r.deliveries.Done()
-	decided, msgs, seqs := r.triage(name, batch)
+	decided, msgs, tags := r.triage(name, batch)
 	if len(decided) > 0 {
 		r.settleCh <- decided
 	}
 	if len(msgs) == 0 {
 		return
 	}
-	sink := r.cfg.Sinks[name]
-	failures := r.failures.of(name)
+	if r.cfg.Partitioned {
+		r.deliverInKeyOrder(ctx, name, msgs, tags, deadline)
+		return
+	}
 	pending := make([]int, len(msgs))
 	for i := range pending {
 		pending[i] = i
 	}
+	r.deliverEach(ctx, name, msgs, tags, pending, deadline, nil)
+}
+
+// deliverEach sends the messages at indexes pending to sink name, as one
+// delivery, and passes every outcome to the settlers (observe, when set,
+// learns each one's kind as well). Messages the sink did not attempt are
+// sent again once it is available, while deadline allows, and released
+// otherwise.
+func (r *Relay) deliverEach(ctx context.Context, name string, msgs []sinks.Message, tags []claimTag, pending []int,
+	deadline time.Time, observe func(i int, k outcomeKind)) {
+	sink := r.cfg.Sinks[name]
+	failures := r.failures.of(name)
 	for {
 		dctx, cancel := context.WithDeadline(ctx, deadline)
-		notAttempted := r.send(dctx, ctx, name, sink, msgs, seqs, pending, failures)
+		notAttempted := r.send(dctx, ctx, name, sink, msgs, tags, pending, failures, observe)
 		cancel()
 		if len(notAttempted) == 0 {
 			return
 		}
 		if ctx.Err() != nil || !r.waitAvailable(ctx, sink, deadline) {
-			out := make([]outcome, 0, len(notAttempted))
-			for _, i := range notAttempted {
-				out = append(out, outcome{id: msgs[i].ID, seq: seqs[i], attempt: msgs[i].Attempt, sink: name, size: len(msgs[i].Payload),
-					kind: kindRelease, delay: r.releaseDelay(ctx)})
-			}
-			r.settleCh <- out
+			r.release(ctx, name, msgs, tags, notAttempted, r.releaseDelay(ctx), observe)
 			return
 		}
 		pending = notAttempted
 	}
 }
 
+// release gives the messages at indexes back without a delivery (their
+// attempt does not count): due again after delay.
+func (r *Relay) release(ctx context.Context, name string, msgs []sinks.Message, tags []claimTag, indexes []int,
+	delay time.Duration, observe func(i int, k outcomeKind)) {
+	if len(indexes) == 0 {
+		return
+	}
+	out := make([]outcome, 0, len(indexes))
+	for _, i := range indexes {
+		o := newOutcome(&msgs[i], tags[i], name)
+		o.kind, o.delay = kindRelease, delay
+		out = append(out, o)
+		if observe != nil {
+			observe(i, kindRelease)
+		}
+	}
+	r.settleCh <- out
+}
+
 // triage decides the rows that are not sent (no sink, unreadable, past
-// their attempts, duplicates) and returns the others as messages, with their
-// claim_seq.
-func (r *Relay) triage(name string, batch []claimed) (decided []outcome, msgs []sinks.Message, seqs []int32) {
+// their attempts, duplicates) and returns the others as messages, with
+// their claims' tags.
+func (r *Relay) triage(name string, batch []claimed) (decided []outcome, msgs []sinks.Message, tags []claimTag) {
 	_, ok := r.cfg.Sinks[name]
 	for i := range batch {
 		c := &batch[i]
-		o := outcome{id: c.ID, seq: c.seq, attempt: c.Attempt, sink: name, size: len(c.Payload)}
+		o := newOutcome(&c.Message, c.tag(), name)
 		switch {
 		case c.unreadable != "":
 			o.kind, o.reason, o.err = kindDead, outbox.ReasonPermanent, c.unreadable
@@ -83,7 +111,7 @@ func (r *Relay) triage(name string, batch []claimed) (decided []outcome, msgs []
 			o.kind = kindDuplicate
 		default:
 			msgs = append(msgs, c.Message)
-			seqs = append(seqs, c.seq)
+			tags = append(tags, c.tag())
 			if r.cfg.CloudEventsSource != "" {
 				addCloudEvents(&msgs[len(msgs)-1], r.cfg.CloudEventsSource)
 			}
@@ -94,7 +122,7 @@ func (r *Relay) triage(name string, batch []claimed) (decided []outcome, msgs []
 		}
 		decided = append(decided, o)
 	}
-	return decided, msgs, seqs
+	return decided, msgs, tags
 }
 
 // settleGroup is how many outcomes of a streaming sink are passed to the
@@ -106,10 +134,11 @@ const (
 )
 
 // send delivers the messages at indexes pending through sink and passes
-// their outcomes to the settlers, except those the sink did not attempt
-// (while the relay is not shutting down), whose indexes it returns.
-func (r *Relay) send(dctx, ctx context.Context, name string, sink sinks.Sink, msgs []sinks.Message, seqs []int32,
-	pending []int, failures *failureLog) (notAttempted []int) {
+// their outcomes to the settlers (and to observe, when set), except those
+// the sink did not attempt (while the relay is not shutting down), whose
+// indexes it returns.
+func (r *Relay) send(dctx, ctx context.Context, name string, sink sinks.Sink, msgs []sinks.Message, tags []claimTag,
+	pending []int, failures *failureLog, observe func(i int, k outcomeKind)) (notAttempted []int) {
 	sub := make([]sinks.Message, len(pending))
 	for j, i := range pending {
 		sub[j] = msgs[i]
@@ -136,7 +165,10 @@ func (r *Relay) send(dctx, ctx context.Context, name string, sink sinks.Sink, ms
 			notAttempted = append(notAttempted, i)
 			return
 		}
-		o := r.outcomeOf(&msgs[i], seqs[i], name, err, ctx.Err() != nil)
+		o := r.outcomeOf(&msgs[i], tags[i], name, err, ctx.Err() != nil)
+		if observe != nil {
+			observe(i, o.kind)
+		}
 		now := time.Now()
 		switch o.kind {
 		case kindDelivered:

@@ -55,7 +55,7 @@
 // retention) is archived as a duplicate without being sent. There is no
 // global order: batches are delivered in parallel and retried rows come
 // back later. In ordered mode each key's rows are first accepted in id
-// order, one at a time.
+// order, one at a time; in partitioned mode too, pipelined within a batch.
 //
 // # Ordered mode
 //
@@ -72,6 +72,40 @@
 // left is deleted (lanes_prune) after locking it, in a snapshot taken after
 // the lock, while producers hold a KEY SHARE lock on the lanes of their keys
 // until they commit: a lane is never deleted under rows about to be visible.
+//
+// # Partitioned mode
+//
+// With Config.Partitioned, every row belongs to one of 64 buckets
+// (messages_bucket: its key's hash, or its id when it has none; an index
+// built when the schema switches to the mode serves the per-bucket claim),
+// and each bucket has at most one owner, recorded in the buckets table with
+// an epoch and a lease (buckets.go). Every renewal interval (Lease/10,
+// between 100 ms and 1 s) a relay runs one round, in a transaction that
+// holds the schema's bucket lock: it records its heartbeat, renews the
+// leases of the buckets it still holds (those it does not are lost),
+// computes its share of the 64 over the relays alive, ordered by id, and
+// then either gives up its excess or acquires free buckets (released, or
+// whose lease ran out) up to its share, each acquisition incrementing the
+// bucket's epoch. A bucket given up is no longer claimed from; it is
+// released once the claims under way and the rows in flight in it are done
+// (or their leases over). At shutdown, once everything is settled, the
+// relay releases every bucket.
+//
+// Fencing: a claim (queryBucketsClaim) takes rows only from the buckets the
+// table names this relay as owner of, with the epoch the relay acquired and
+// a lease that outlives the rows' lease; a settle touches a row only while
+// its bucket is still this relay's under that epoch, its lease unexpired by
+// the database's clock (bucketFence), on top of claim_seq. A bucket whose
+// lease ran out has no row leases of its old owner left, so its new owner
+// may claim its rows at once, and the old owner can neither claim nor settle
+// them.
+//
+// Order: a claim keeps a keyed row only when every older row of its key is
+// in the same claim, and deliverInKeyOrder sends a batch in waves, a key's
+// next row in the wave after its previous one was acknowledged. A key held
+// back (its oldest row in flight, backing off or sorting after the others)
+// is left out of the walk and its oldest row claimed alone, until this
+// relay settles a row of it.
 //
 // # Relays and modes
 //

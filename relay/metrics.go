@@ -33,6 +33,11 @@ type Metrics struct {
 	BlockedKeys   prometheus.Gauge
 	WaitingOnKey  prometheus.Gauge
 	LanesRepaired prometheus.Counter
+
+	// Partitioned mode.
+	BucketsOwned    prometheus.Gauge
+	BucketChanges   *prometheus.CounterVec
+	BucketHandovers prometheus.Histogram
 }
 
 // NewMetrics returns unregistered collectors.
@@ -134,6 +139,19 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "lanes_repaired_total",
 			Help: "Ordered mode: lanes opened for keys whose rows had none (expected only just after a switch to ordered mode).",
 		}),
+		BucketsOwned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "buckets_owned",
+			Help: "Partitioned mode: buckets this relay owns (of 64).",
+		}),
+		BucketChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "bucket_changes_total",
+			Help: "Partitioned mode: buckets this relay acquired, released (rebalancing or shutting down) and lost (its lease ran out before it renewed it).",
+		}, []string{"change"}),
+		BucketHandovers: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Name: "bucket_handover_seconds",
+			Help:    "Partitioned mode: time from this relay's decision to give a bucket up to its release, spent finishing the bucket's deliveries in flight.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}),
 		RetentionDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "retention_deleted_total",
 			Help: "Rows removed after their retention, by table (archive, delivered_keys).",
@@ -148,6 +166,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		m.InFlight, m.DeliveryLatency, m.DeliverDuration, m.SettleDuration, m.SettleErrors,
 		m.SinkAvailable, m.Backlog, m.OldestDueAge, m.InBackoff, m.DeadLetters, m.HotTableDeadTuples,
 		m.LockWaits, m.StatsErrors, m.RetentionDeleted, m.BlockedKeys, m.WaitingOnKey, m.LanesRepaired,
+		m.BucketsOwned, m.BucketChanges, m.BucketHandovers,
 	} {
 		if err := reg.Register(c); err != nil {
 			return err

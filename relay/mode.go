@@ -13,8 +13,9 @@ import (
 // schema must run the same mode: per-key order holds only if every claim of
 // a keyed row goes through its lane.
 const (
-	ModeUnordered = "unordered"
-	ModeOrdered   = "ordered"
+	ModeUnordered   = "unordered"
+	ModeOrdered     = "ordered"
+	ModePartitioned = "partitioned"
 )
 
 // Relays record that they are alive every heartbeatInterval; a relay not
@@ -51,9 +52,15 @@ func (e *ModeChangedError) Error() string {
 }
 
 // mode is this relay's mode.
-func (r *Relay) mode() string {
-	if r.cfg.Ordered {
+func (r *Relay) mode() string { return modeOf(r.cfg) }
+
+// modeOf is the mode cfg runs.
+func modeOf(cfg Config) string {
+	switch {
+	case cfg.Ordered:
 		return ModeOrdered
+	case cfg.Partitioned:
+		return ModePartitioned
 	}
 	return ModeUnordered
 }
@@ -116,6 +123,10 @@ func (r *Relay) switchMode(ctx context.Context, tx pgx.Tx, from string) error {
 		_, err = tx.Exec(ctx, r.q.backfillLanes)
 	} else {
 		_, err = tx.Exec(ctx, r.q.clearLanes)
+	}
+	if err == nil && from == ModePartitioned {
+		// Nobody owns a bucket outside partitioned mode; epochs go on.
+		_, err = tx.Exec(ctx, r.q.bucketsReset)
 	}
 	if err != nil {
 		return fmt.Errorf("switch the schema to %s mode: %w", want, err)

@@ -70,11 +70,27 @@ func flakySink(next sinks.Sink) (sink *sinktest.Func, maxPerKey func() int) {
 	}
 }
 
+// keyOrderModes are the modes that promise per-key order; their tests run
+// in each.
+var keyOrderModes = map[string]func(*relay.Config){
+	relay.ModeOrdered:     func(c *relay.Config) { c.Ordered = true },
+	relay.ModePartitioned: func(c *relay.Config) { c.Partitioned = true },
+}
+
 func TestRelay_OrderedModeDeliversEachKeyInInsertOrder(t *testing.T) {
 	t.Parallel()
+	for mode, set := range keyOrderModes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testDeliversEachKeyInInsertOrder(t, set)
+		})
+	}
+}
+
+func testDeliversEachKeyInInsertOrder(t *testing.T, set func(*relay.Config)) {
 	b := setup(t)
 	cfg := b.config(t)
-	cfg.Ordered = true
+	set(&cfg)
 	cfg.BackoffMin, cfg.BackoffMax = 20*time.Millisecond, 50*time.Millisecond
 	flaky, maxPerKey := flakySink(b.sink)
 	cfg.Sinks = map[string]sinks.Sink{"nats": flaky}

@@ -39,6 +39,11 @@ type outcome struct {
 	delay   time.Duration // kindRetry
 	reason  string        // kindDead
 	err     string        // kindRetry, kindDead
+	// Partitioned mode: the row's key, bucket, and the epoch it was
+	// claimed under (the settle's fence).
+	key    string
+	bucket int32
+	epoch  int64
 }
 
 // unknownSink groups the rows whose destination names no configured sink;
@@ -74,9 +79,28 @@ func outcomeLabel(k outcomeKind) string {
 	}
 }
 
-// outcomeOf classifies the result of delivering m under claim seq.
-func (r *Relay) outcomeOf(m *sinks.Message, seq int32, sink string, err error, shuttingDown bool) outcome {
-	o := outcome{id: m.ID, seq: seq, attempt: m.Attempt, sink: sink, size: len(m.Payload)}
+// claimTag is what a row's settle must present of the claim that leased
+// it: its claim_seq, and in partitioned mode the bucket and the epoch the
+// relay owned it under.
+type claimTag struct {
+	seq    int32
+	bucket int32
+	epoch  int64
+}
+
+// tag returns c's claimTag.
+func (c *claimed) tag() claimTag { return claimTag{seq: c.seq, bucket: c.bucket, epoch: c.epoch} }
+
+// newOutcome returns the outcome of m, claimed under t, for sink, without
+// its kind.
+func newOutcome(m *sinks.Message, t claimTag, sink string) outcome {
+	return outcome{id: m.ID, seq: t.seq, attempt: m.Attempt, sink: sink, size: len(m.Payload),
+		key: m.Key, bucket: t.bucket, epoch: t.epoch}
+}
+
+// outcomeOf classifies the result of delivering m under claim t.
+func (r *Relay) outcomeOf(m *sinks.Message, t claimTag, sink string, err error, shuttingDown bool) outcome {
+	o := newOutcome(m, t, sink)
 	switch {
 	case err == nil:
 		o.kind = kindDelivered

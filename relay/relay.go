@@ -47,6 +47,10 @@ type Relay struct {
 	// failures gathers each sink's failed deliveries for the log
 	// (failureLogLoop).
 	failures failureLogs
+	// buckets and bucketTimes are partitioned mode's (buckets.go).
+	buckets     *buckets
+	bucketTimes bucketTimes
+	relaysAlive atomic.Int64 // sharing the buckets, at the last round
 }
 
 // New returns a relay over pool, which must reach a database migrated by
@@ -69,10 +73,15 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	for _, table := range []string{"archive", "delivered_keys"} {
 		cfg.Metrics.RetentionDeleted.WithLabelValues(table)
 	}
+	if cfg.Partitioned {
+		for _, change := range []string{"acquired", "released", "lost"} {
+			cfg.Metrics.BucketChanges.WithLabelValues(change)
+		}
+	}
 	r := &Relay{
 		cfg:       cfg,
 		pool:      pool,
-		q:         renderQueries(cfg.Schema, cfg.Ordered),
+		q:         renderQueries(cfg.Schema, modeOf(cfg)),
 		log:       cfg.Logger.With("relay_id", cfg.ID),
 		metrics:   cfg.Metrics,
 		inflight:  newInFlight(cfg.MaxInFlight, cfg.MaxInFlightBytes),
@@ -80,7 +89,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		keyedWake: make(chan struct{}, 1),
 		notified:  newBroadcast(),
 		failures:  failureLogs{bySink: map[string]*failureLog{}},
+		buckets:   newBuckets(),
 	}
+	r.bucketTimes = timesFor(cfg.Lease)
 	r.claimHealth = make([]claimHealth, len(r.claimers()))
 	r.watches = make(map[string]*sinkWatch, len(cfg.Sinks))
 	for name := range cfg.Sinks {
@@ -99,6 +110,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 // retried.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.registerWithRetry(ctx); err != nil {
+		var conflict *ModeConflictError
+		if ctx.Err() != nil && !errors.As(err, &conflict) {
+			return nil // stopped before it started: nothing claimed
+		}
 		return err
 	}
 	runCtx, stop := context.WithCancelCause(ctx)
@@ -113,6 +128,13 @@ func (r *Relay) Run(ctx context.Context) error {
 	var settling sync.WaitGroup
 	for range settlers {
 		settling.Go(func() { r.settleLoop(settleCtx, r.settleCh) })
+	}
+	// Buckets are renewed until everything is settled, then released.
+	bucketCtx, stopBuckets := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBuckets()
+	var owning sync.WaitGroup
+	if r.cfg.Partitioned {
+		owning.Go(func() { r.bucketLoop(bucketCtx) })
 	}
 	var background sync.WaitGroup
 	background.Go(func() { r.statsLoop(runCtx) })
@@ -148,6 +170,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	cutoff.Stop()
 	close(r.settleCh)
 	settling.Wait()
+	stopBuckets()
+	owning.Wait()
 	stop(nil)
 	background.Wait()
 	r.logFailures()

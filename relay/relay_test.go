@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"maps"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -206,11 +207,29 @@ func TestRelay_TwoRelaysShareATableWithoutDuplicates(t *testing.T) {
 	}
 }
 
+// everyMode runs test once per delivery mode, in parallel subtests, with
+// the function that sets the mode on a config.
+func everyMode(t *testing.T, test func(t *testing.T, set func(*relay.Config))) {
+	modes := map[string]func(*relay.Config){relay.ModeUnordered: func(*relay.Config) {}}
+	maps.Copy(modes, keyOrderModes)
+	for mode, set := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			test(t, set)
+		})
+	}
+}
+
 func TestRelay_NATSOutageLosesNothing(t *testing.T) {
 	t.Parallel()
+	everyMode(t, testNATSOutageLosesNothing)
+}
+
+func testNATSOutageLosesNothing(t *testing.T, set func(*relay.Config)) {
 	b := setup(t)
 	const n = 5000
 	cfg := b.config(t)
+	set(&cfg)
 	cfg.BatchSize = 100
 	start(t, b, cfg)
 
@@ -235,9 +254,14 @@ func TestRelay_NATSOutageLosesNothing(t *testing.T) {
 
 func TestRelay_TerminatedBackendsReconnectAndLoseNothing(t *testing.T) {
 	t.Parallel()
+	everyMode(t, testTerminatedBackendsReconnectAndLoseNothing)
+}
+
+func testTerminatedBackendsReconnectAndLoseNothing(t *testing.T, set func(*relay.Config)) {
 	b := setup(t)
 	const n = 6000
 	cfg := b.config(t)
+	set(&cfg)
 	cfg.BatchSize = 100
 	cfg.Lease = 3 * time.Second
 	relayApp := "relay-" + b.db.Name
@@ -603,5 +627,19 @@ func TestRelay_DelayedMessageWaitsForAvailableAt(t *testing.T) {
 	}
 	if early {
 		t.Error("a message delayed by 1s was delivered before its available_at")
+	}
+}
+
+func TestRelay_StoppedWhileRegisteringReturnsNil(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r, err := relay.New(b.db.Pool, b.config(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Run(ctx); err != nil {
+		t.Errorf("Run stopped before registering returned %v, want nil (a SIGTERM at start-up is a clean exit)", err)
 	}
 }

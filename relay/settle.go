@@ -26,6 +26,9 @@ func (r *Relay) settleLoop(ctx context.Context, in <-chan []outcome) {
 			}
 		}
 		r.settleWithRetry(ctx, items)
+		if r.cfg.Partitioned {
+			r.buckets.settled(items)
+		}
 		if r.cfg.Ordered {
 			// Heads left their lanes: the keys' next rows are claimable.
 			select {
@@ -62,7 +65,7 @@ func (r *Relay) settleWithRetry(ctx context.Context, items []outcome) {
 		}
 		r.metrics.SettleErrors.Inc()
 		if ctx.Err() != nil || time.Now().Add(wait).After(giveUp) {
-			r.log.Error("could not settle; the rows will be delivered again when their leases expire",
+			r.log.Error("could not settle (or could not learn whether the settle was written); the rows may be delivered again when their leases expire",
 				"num_rows", len(items), "err", err)
 			return
 		}
@@ -100,17 +103,22 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 	start := time.Now()
 	var archived, requeued, deadLettered []int64
 	var err error
+	var fenced []any
+	if r.cfg.Partitioned {
+		buckets, epochs := fence(items)
+		fenced = []any{r.cfg.ID, buckets, epochs}
+	}
 	if r.q.archiveOnly != "" && len(requeue.ids) == 0 && len(deadLetter.ids) == 0 {
 		// Only deliveries: the shorter statement plans faster.
-		err = r.pool.QueryRow(ctx, r.q.archiveOnly, planPerExecution,
-			archive.ids, archive.seqs, archive.duplicate,
-		).Scan(&archived)
+		args := append([]any{planPerExecution, archive.ids, archive.seqs, archive.duplicate}, fenced...)
+		err = r.pool.QueryRow(ctx, r.q.archiveOnly, args...).Scan(&archived)
 	} else {
-		err = r.pool.QueryRow(ctx, r.q.settle, planPerExecution,
+		args := append([]any{planPerExecution,
 			archive.ids, archive.seqs, archive.duplicate,
 			requeue.ids, requeue.seqs, requeue.delayMicros, requeue.errors, requeue.release,
 			deadLetter.ids, deadLetter.seqs, deadLetter.reasons, deadLetter.errors,
-		).Scan(&archived, &requeued, &deadLettered)
+		}, fenced...)
+		err = r.pool.QueryRow(ctx, r.q.settle, args...).Scan(&archived, &requeued, &deadLettered)
 	}
 	if err != nil {
 		return fmt.Errorf("settle %d rows: %w", len(items), err)
@@ -125,8 +133,11 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 	}
 	if lost := len(items) - len(settled); lost > 0 {
 		r.metrics.LeaseLost.Add(float64(lost))
-		r.log.Warn("rows were claimed again before this relay settled them (its lease had expired); their outcome here is dropped and they are delivered under the new claim",
-			"num_rows", lost, "lease", r.cfg.Lease)
+		what := "rows were claimed again before this relay settled them (its lease had expired); their outcome here is dropped and they are delivered under the new claim"
+		if r.cfg.Partitioned {
+			what = "rows were claimed again, or their buckets are no longer this relay's, before it settled them; their outcome here is dropped and the bucket's owner delivers them"
+		}
+		r.log.Warn(what, "num_rows", lost, "lease", r.cfg.Lease)
 	}
 	r.count(items, settled)
 	r.log.Debug("settled", "num_archived", len(archived), "num_requeued", len(requeued), "num_dead_lettered", len(deadLettered))

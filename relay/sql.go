@@ -46,15 +46,20 @@ func withinBytes(from, budget, oversized string) string {
      WHERE upto <= ` + budget + `::bigint OR (n = 1 AND ` + oversized + `::bool)`
 }
 
+// noBucket is the bucket leaseRows returns outside partitioned mode.
+const noBucket = "0"
+
 // leaseRows leases the rows whose ids the CTE from holds (id, leased_by:
 // set when the row's lease had expired) to relay $1 for $5, and returns
 // what both claims return per row: the message, its attempt and claim_seq,
 // whether it was rescued from an expired lease, and whether its idempotency
 // key was already delivered (a LIMIT 1 subquery, so that the planner probes
 // the index per row instead of hashing the whole key table; only for keys
-// the producer chose, dedup: a generated key cannot have been delivered). It writes no
-// indexed column, so the update is HOT.
-func leaseRows(from string) string {
+// the producer chose, dedup: a generated key cannot have been delivered),
+// and its bucket: the expression bucket, messages_bucket in partitioned
+// mode and noBucket in the others, which need not pay for it on every row.
+// It writes no indexed column, so the update is HOT.
+func leaseRows(from, bucket string) string {
 	return `
     UPDATE %[1]s.messages AS m
        SET attempts = ` + nextAttempt + `,
@@ -67,7 +72,8 @@ func leaseRows(from string) string {
            m.id = ANY (ARRAY(SELECT id FROM ` + from + ` WHERE leased_by IS NOT NULL)) AS rescued,
            CASE WHEN m.dedup
                 THEN (SELECT true FROM %[1]s.delivered_keys AS k WHERE k.idempotency_key = m.idempotency_key LIMIT 1) IS NOT NULL
-                ELSE false END AS duplicate`
+                ELSE false END AS duplicate,
+           ` + bucket + ` AS bucket`
 }
 
 // Every statement the relay runs. %[1]s is the quoted schema (and %[2]s,
@@ -93,7 +99,7 @@ WITH due AS MATERIALIZED (
      LIMIT $4
        FOR UPDATE SKIP LOCKED
 ), fits AS MATERIALIZED (` + withinBytes("due", "$6", "$7") + `
-), leased AS (` + leaseRows("fits") + `
+), leased AS (` + leaseRows("fits", noBucket) + `
 )
 SELECT *, NULL::text FROM leased`
 
@@ -148,7 +154,7 @@ WITH due_lanes AS MATERIALIZED (
               AND ` + leaseOver + `))
        FOR UPDATE SKIP LOCKED
 ), claimable AS MATERIALIZED (` + withinBytes("locked", "$7", "$8") + `
-), leased AS (` + leaseRows("claimable") + `
+), leased AS (` + leaseRows("claimable", noBucket) + `
 ), moved AS (
     UPDATE %[1]s.lanes AS l
        SET available_at = CASE
@@ -162,10 +168,10 @@ WITH due_lanes AS MATERIALIZED (
      WHERE l.key = h.key AND h.id IS NOT NULL
 )
 SELECT id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, claim_seq,
-       rescued, duplicate, NULL::text
+       rescued, duplicate, bucket, NULL::text
   FROM leased
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, key
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, key
   FROM heads
  WHERE id IS NULL`
 
@@ -202,7 +208,7 @@ RETURNING key`
 const settleArchive = `archived AS (
     DELETE FROM %[1]s.messages AS m
      USING unnest($1::bigint[], $2::int[], $3::bool[]) AS s(id, claim_seq, duplicate)
-     WHERE m.id = ANY ($1::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
+     WHERE m.id = ANY ($1::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq%[3]s
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, s.duplicate, m.dedup
 ), archive_insert AS (
@@ -222,7 +228,7 @@ const settleArchive = `archived AS (
 // third of the time of the whole settle (0.3 ms against 0.8 ms). It
 // returns the ids archived.
 var queryMessagesArchive = `
-WITH ` + settleArchive + `
+WITH %[4]s` + settleArchive + `
 SELECT coalesce((SELECT array_agg(id) FROM archived), '{}')`
 
 // queryMessagesSettle writes down the outcomes of deliveries in one
@@ -243,7 +249,10 @@ SELECT coalesce((SELECT array_agg(id) FROM archived), '{}')`
 // increments claim_seq and nothing decreases it, so a row another claim has
 // taken over (after this one's lease expired) no longer matches and the late
 // outcome is dropped, even when a settle is retried after a commit whose
-// answer was lost. %[2]s is the ordered-mode part (settleLanes).
+// answer was lost. %[2]s is the ordered-mode part (settleLanes); %[4]s
+// and %[3]s, in partitioned mode, the fence that also requires the row's
+// bucket to be still this relay's (bucketFence, parameters $13 to $15; $4
+// to $6 in queryMessagesArchive).
 //
 // The relay runs it with a plan made for the actual arrays (see
 // planPerExecution): each part finds its rows through the primary key
@@ -252,7 +261,7 @@ SELECT coalesce((SELECT array_agg(id) FROM archived), '{}')`
 // no row was leased, made PostgreSQL scan the whole table once per settled
 // row.
 var queryMessagesSettle = `
-WITH ` + settleArchive + `, requeued AS (
+WITH %[4]s` + settleArchive + `, requeued AS (
     UPDATE %[1]s.messages AS m
        SET leased_by = NULL,
            leased_until = NULL,
@@ -261,12 +270,12 @@ WITH ` + settleArchive + `, requeued AS (
            attempts = greatest(m.attempts - CASE WHEN r.release THEN 1 ELSE 0 END, 0)
       FROM unnest($4::bigint[], $5::int[], $6::bigint[], $7::text[], $8::bool[])
            AS r(id, claim_seq, delay_us, error, release)
-     WHERE m.id = ANY ($4::bigint[]) AND m.id = r.id AND m.claim_seq = r.claim_seq
+     WHERE m.id = ANY ($4::bigint[]) AND m.id = r.id AND m.claim_seq = r.claim_seq%[3]s
  RETURNING m.id, m.key, m.available_at
 ), dead AS (
     DELETE FROM %[1]s.messages AS m
      USING unnest($9::bigint[], $10::int[], $11::text[], $12::text[]) AS d(id, claim_seq, reason, error)
-     WHERE m.id = ANY ($9::bigint[]) AND m.id = d.id AND m.claim_seq = d.claim_seq
+     WHERE m.id = ANY ($9::bigint[]) AND m.id = d.id AND m.claim_seq = d.claim_seq%[3]s
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, d.reason, d.error
 )%[2]s, dead_insert AS (
@@ -396,7 +405,13 @@ type queries struct {
 	applyMode                            string
 	// archiveOnly is queryMessagesArchive, empty in ordered mode (where a
 	// settle also moves lanes).
-	archiveOnly                             string
+	archiveOnly string
+	// Partitioned mode (sql_buckets.go).
+	// claimBuckets[held] is bucketClaim(held).
+	claimBuckets                            [2]string
+	bucketsRenew, bucketsLive               string
+	bucketsAcquire, bucketsRelease          string
+	bucketsReset                            string
 	relaysHeartbeat, relaysRestart          string
 	relaysLeave, relaysForget               string
 	deleteExpiredArchive, deleteExpiredKeys string
@@ -405,17 +420,33 @@ type queries struct {
 	orderedBacklog, orderedKeys             string
 }
 
-func renderQueries(schema string, ordered bool) queries {
+func renderQueries(schema, mode string) queries {
 	s := outbox.QuoteSchema(schema)
 	f := func(q string) string { return fmt.Sprintf(q, s) }
-	condition, lanes, archiveOnly := "", "", f(queryMessagesArchive)
-	if ordered {
-		condition, lanes, archiveOnly = unkeyedClaimCondition, f(settleLanes), ""
+	condition, lanes := "", ""
+	var archiveCTE, settleCTE, fence string
+	switch mode {
+	case ModeOrdered:
+		condition, lanes = unkeyedClaimCondition, f(settleLanes)
+	case ModePartitioned:
+		archiveCTE, fence = bucketFence(4)
+		settleCTE, _ = bucketFence(13)
+		archiveCTE, settleCTE, fence = f(archiveCTE), f(settleCTE), f(fence)
+	}
+	archiveOnly := ""
+	if mode != ModeOrdered {
+		archiveOnly = fmt.Sprintf(queryMessagesArchive, s, "", fence, archiveCTE)
 	}
 	return queries{
 		claim:                fmt.Sprintf(queryMessagesClaim, s, condition),
-		settle:               fmt.Sprintf(queryMessagesSettle, s, lanes),
+		settle:               fmt.Sprintf(queryMessagesSettle, s, lanes, fence, settleCTE),
 		archiveOnly:          archiveOnly,
+		claimBuckets:         [2]string{bucketClaim(s, false), bucketClaim(s, true)},
+		bucketsRenew:         f(queryBucketsRenew),
+		bucketsLive:          f(queryBucketsLive),
+		bucketsAcquire:       f(queryBucketsAcquire),
+		bucketsRelease:       f(queryBucketsRelease),
+		bucketsReset:         f(queryBucketsReset),
 		claimLanes:           f(queryLanesClaim),
 		pruneLanes:           f(queryLanesPrune),
 		repairLanes:          f(queryLanesRepair),
@@ -443,7 +474,11 @@ func renderQueries(schema string, ordered bool) queries {
 // decided under a transaction-level advisory lock ($1 of queryModeLock names
 // the schema), so relays starting together decide one after the other.
 
-const queryModeLock = `SELECT pg_advisory_xact_lock(hashtext($1))`
+// A relay frozen while it registers (SIGSTOP, a VM pause) would hold the
+// lock, and during a switch the table lock that holds producers back, until
+// its connection died: the server ends the session after 5 seconds idle in
+// the transaction.
+const queryModeLock = `SELECT set_config('idle_in_transaction_session_timeout', '5000', true), pg_advisory_xact_lock(hashtext($1))`
 
 // queryModeRead returns the schema's recorded mode and the relays seen
 // within $2 other than $1, with their modes.

@@ -98,6 +98,31 @@ SELECT coalesce(leased_by, ''), count(*), min(leased_until), max(leased_until)
  GROUP BY 1
  ORDER BY 2 DESC, 1`
 
+// queryBucketOwners, in partitioned mode, groups the buckets by the relay
+// that holds them (an empty owner for buckets nobody holds: released, or
+// their lease ran out), with that relay's last heartbeat, the earliest end
+// of its bucket leases, the newest epoch, and the due rows and the rows in
+// flight in its buckets.
+const queryBucketOwners = `
+WITH owners AS (
+    SELECT bucket, epoch, lease_until,
+           CASE WHEN owner IS NOT NULL AND lease_until > now() THEN owner ELSE '' END AS owner
+      FROM %[1]s.buckets
+), rows AS (
+    SELECT %[1]s.messages_bucket(key, id) AS bucket,
+           count(*) FILTER (WHERE available_at <= now() AND (leased_until IS NULL OR leased_until <= now())) AS due,
+           count(*) FILTER (WHERE leased_until > now()) AS in_flight
+      FROM %[1]s.messages
+     GROUP BY 1
+)
+SELECT o.owner, array_agg(o.bucket ORDER BY o.bucket), max(o.epoch),
+       min(o.lease_until) FILTER (WHERE o.owner <> ''),
+       (SELECT r.last_seen FROM %[1]s.relays AS r WHERE r.id = o.owner),
+       coalesce(sum(r.due), 0)::bigint, coalesce(sum(r.in_flight), 0)::bigint
+  FROM owners AS o LEFT JOIN rows AS r ON r.bucket = o.bucket
+ GROUP BY o.owner
+ ORDER BY o.owner = '', o.owner`
+
 // queryDeadLettersByReason counts the dead letters per reason.
 const queryDeadLettersByReason = `
 SELECT reason, count(*), max(failed_at)

@@ -47,7 +47,7 @@ type StatusReport struct {
 	// measured from it.
 	At time.Time `json:"at"`
 	// Mode is the delivery mode of the schema's relays (unordered,
-	// ordered), ModeChangedAt when it was last switched and by which relay.
+	// ordered, partitioned), ModeChangedAt when it was last switched and by which relay.
 	Mode          string    `json:"mode"`
 	ModeChangedAt time.Time `json:"mode_changed_at"`
 	ModeChangedBy string    `json:"mode_changed_by,omitempty"`
@@ -56,6 +56,10 @@ type StatusReport struct {
 	// BlockedKeys lists, in ordered mode, the keys held up by a failing
 	// head, oldest head first.
 	BlockedKeys []BlockedKey `json:"blocked_keys"`
+	// Buckets lists, in partitioned mode, which relay holds which buckets,
+	// with the backlog of each relay's buckets; the buckets nobody holds
+	// come last, under an empty relay id.
+	Buckets []BucketOwner `json:"buckets"`
 	// BackoffByError groups the rows waiting for a retry by their last
 	// error, the most frequent first: why rows are not moving.
 	BackoffByError []BackoffGroup `json:"backoff_by_error"`
@@ -141,6 +145,23 @@ type BlockedKey struct {
 	LastError     string    `json:"last_error"`
 	// Rows counts the key's rows, the head included.
 	Rows int64 `json:"rows"`
+}
+
+// BucketOwner is a relay's share of the buckets in partitioned mode.
+type BucketOwner struct {
+	// RelayID holds the buckets; empty for buckets nobody holds.
+	RelayID string  `json:"relay_id"`
+	Buckets []int32 `json:"buckets"`
+	// Epoch is the newest epoch (fencing token) among them.
+	Epoch int64 `json:"epoch"`
+	// LeaseUntil is when the earliest of the relay's bucket leases ends
+	// unless renewed; LastSeen its last heartbeat.
+	LeaseUntil *time.Time `json:"lease_until,omitempty"`
+	LastSeen   *time.Time `json:"last_seen,omitempty"`
+	// Due and InFlight count the rows of its buckets that are due, and in
+	// flight: the backlog of each relay.
+	Due      int64 `json:"due"`
+	InFlight int64 `json:"in_flight"`
 }
 
 // LeaseStatus counts the rows one relay holds in flight.
@@ -229,7 +250,7 @@ func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, 
 		opts.BlockedKeys = BlockedKeysDefault
 	}
 	st := &StatusReport{Destinations: []DestinationStatus{}, Leases: []LeaseStatus{}, Tables: []TableStatus{},
-		Relays: []RelayStatus{}, BlockedKeys: []BlockedKey{}, BackoffByError: []BackoffGroup{}, DeliveredPerMinute: []MinuteCount{},
+		Relays: []RelayStatus{}, BlockedKeys: []BlockedKey{}, Buckets: []BucketOwner{}, BackoffByError: []BackoffGroup{}, DeliveredPerMinute: []MinuteCount{},
 		DeadLetters: DeadLetterStatus{ByReason: []CountSince{}, TopErrors: []CountSince{}}}
 	err := inTx(ctx, a.db, readOnly, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&st.At); err != nil {
@@ -278,6 +299,18 @@ func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, 
 						return fmt.Errorf("read blocked keys: %w", err)
 					}
 					st.BlockedKeys = append(st.BlockedKeys, k)
+				}
+				return rows.Err()
+			})
+		}
+		if st.Mode == "partitioned" {
+			b.Queue(a.sql(queryBucketOwners)).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					var o BucketOwner
+					if err := rows.Scan(&o.RelayID, &o.Buckets, &o.Epoch, &o.LeaseUntil, &o.LastSeen, &o.Due, &o.InFlight); err != nil {
+						return fmt.Errorf("read bucket owners: %w", err)
+					}
+					st.Buckets = append(st.Buckets, o)
 				}
 				return rows.Err()
 			})

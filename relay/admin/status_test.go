@@ -133,3 +133,35 @@ func TestStatus_OrderedModeShowsRelaysBlockedKeysAndWaitingRows(t *testing.T) {
 			total.Waiting, total.Due, total.Backoff)
 	}
 }
+
+func TestStatus_PartitionedModeShowsWhoHoldsWhichBucketsAndTheirBacklog(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	db.SetMode(t, "partitioned")
+	db.Exec(t, `INSERT INTO %s.relays (id, version, mode, last_seen) VALUES
+	            ('relay-a', 'v1', 'partitioned', now()), ('relay-b', 'v1', 'partitioned', now())`)
+	// relay-a holds 0-31, relay-b 32-47; 48-63 are held by a lease that ran
+	// out, so by nobody.
+	db.Exec(t, `UPDATE %s.buckets SET owner = 'relay-a', epoch = 3, lease_until = now() + interval '10 seconds' WHERE bucket < 32`)
+	db.Exec(t, `UPDATE %s.buckets SET owner = 'relay-b', epoch = 4, lease_until = now() + interval '10 seconds' WHERE bucket BETWEEN 32 AND 47`)
+	db.Exec(t, `UPDATE %s.buckets SET owner = 'relay-gone', epoch = 2, lease_until = now() - interval '1 second' WHERE bucket >= 48`)
+	// Unkeyed rows go to bucket id mod 64: 64 rows, one in each bucket.
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload) SELECT 't', 'x' FROM generate_series(1, 64)`)
+	st, err := ops(t, db).Status(context.Background(), admin.StatusOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Buckets) != 3 {
+		t.Fatalf("bucket owners %+v, want relay-a, relay-b and nobody", st.Buckets)
+	}
+	a, b, nobody := st.Buckets[0], st.Buckets[1], st.Buckets[2]
+	if a.RelayID != "relay-a" || len(a.Buckets) != 32 || a.Epoch != 3 || a.Due != 32 || a.LastSeen == nil || a.LeaseUntil == nil || !a.LeaseUntil.After(st.At) {
+		t.Errorf("relay-a: %+v, want 32 buckets, epoch 3, 32 due rows, its heartbeat and lease", a)
+	}
+	if b.RelayID != "relay-b" || len(b.Buckets) != 16 || b.Buckets[0] != 32 || b.Epoch != 4 || b.Due != 16 {
+		t.Errorf("relay-b: %+v, want buckets 32-47, epoch 4, 16 due rows", b)
+	}
+	if nobody.RelayID != "" || len(nobody.Buckets) != 16 || nobody.Due != 16 || nobody.LeaseUntil != nil {
+		t.Errorf("nobody: %+v, want buckets 48-63 with 16 due rows", nobody)
+	}
+}
