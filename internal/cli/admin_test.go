@@ -64,6 +64,23 @@ func TestStatusCommand(t *testing.T) {
 	}
 }
 
+func TestStatusCommand_PartitionedModePrintsWhoHoldsWhichBuckets(t *testing.T) {
+	t.Parallel()
+	db := adminFixture(t)
+	db.SetMode(t, "partitioned")
+	db.Exec(t, `INSERT INTO %s.relays (id, version, mode) VALUES ('relay-a', 'v1', 'partitioned')`)
+	db.Exec(t, `UPDATE %s.buckets SET owner = 'relay-a', epoch = 7, lease_until = now() + interval '10 seconds' WHERE bucket < 16 OR bucket = 20`)
+	code, stdout, stderr := runCmd(t, db, "status")
+	if code != exitOK {
+		t.Fatalf("status: exit %d, stderr %s", code, stderr)
+	}
+	for _, want := range []string{"BUCKETS BY RELAY", "relay-a", "0-15,20", "(nobody)", "16-19,21-63"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("status output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
 func TestDeadListCommand(t *testing.T) {
 	t.Parallel()
 	db := adminFixture(t)

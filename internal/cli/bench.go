@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -17,8 +18,11 @@ func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
 			"preloaded backlog (-mode backlog) or insert-to-ack latency at a steady rate (-mode steady).\n"+
 			"It works in a scratch schema (-schema) and the JetStream stream OUTBOX_BENCH, both of which it creates\n"+
 			"with a marker and drops on the next run; it refuses a schema or stream it did not create.\n"+
+			"-replicas N runs N relays in this process, each with its own pool and NATS connection, started together;\n"+
+			"the measurement includes the time they take to share the work (in -partitioned mode, the buckets).\n"+
 			"Prints one JSON line: events/s, commit-to-ack p50/p99/max (steady), claim and settle p50/p99, CPU seconds\n"+
-			"per 100k events of the relay and of PostgreSQL (when the server runs on this machine), peak RSS.", inv.Stderr)
+			"per 100k events of the relay and of PostgreSQL (when the server runs on this machine), peak RSS, and\n"+
+			"the shape of the run (delivery_mode, replicas).", inv.Stderr)
 	n := fs.Int("n", 100000, "number of events")
 	payload := fs.Int("payload", 256, "payload size in bytes")
 	mode := fs.String("mode", "backlog", "backlog | steady")
@@ -30,6 +34,9 @@ func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
 	notDue := fs.Int("not-due", 0, "add this many rows due only in a day beside the ones measured")
 	keys := fs.Int("keys", 0, "give the rows this many ordering keys, interleaved (0: no keys)")
 	ordered := fs.Bool("ordered", false, "run the relay in ordered mode (RELAY_ORDERED=true)")
+	partitioned := fs.Bool("partitioned", false, "run the relay in partitioned mode (RELAY_MODE=partitioned); excludes -ordered")
+	replicas := fs.Int("replicas", 1, fmt.Sprintf("relays to run at once, 1 to %d, each with its own pool and NATS connection", bench.MaxReplicas))
+	burst := fs.Bool("burst", false, "backlog mode: give every row the same available_at (a second before the load), as refloop's -burst does")
 	notify := fs.Bool("notify", false, "wake the relay on inserts (RELAY_NOTIFY=true)")
 	schema := fs.String("schema", "outbox_bench", "scratch schema (created by the benchmark, dropped by its next run)")
 	batch := fs.Int("batch", 0, "RELAY_BATCH_SIZE to use (0 = default)")
@@ -41,18 +48,23 @@ func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	shape := bench.Options{Mode: *mode, Replicas: *replicas, Burst: *burst, Relay: relay.Config{Ordered: *ordered, Partitioned: *partitioned}}
+	if err := shape.Validate(); err != nil || *replicas < 1 {
+		return usageError{cmp.Or(err, fmt.Errorf("-replicas %d: want 1 to %d", *replicas, bench.MaxReplicas))}
+	}
 	o, err := benchOptions(inv, *schema)
 	if err != nil {
 		return err
 	}
 	o.Mode, o.N, o.PayloadBytes, o.Rate, o.Label, o.Timeout = *mode, *n, *payload, *rate, *label, *timeout
 	o.Keys, o.Producers, o.RowsPerTx, o.Archived, o.NotDue, o.ChosenKeys = *keys, *producers, *rowsPerTx, *archived, *notDue, *chosenKeys
+	o.Replicas, o.Burst = *replicas, *burst
 	if f, ok := inv.Stderr.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
 			o.Progress = inv.Stderr // a progress line on a terminal, never in a log file
 		}
 	}
-	o.Relay = relay.Config{BatchSize: *batch, MaxInFlight: *inFlight, MaxInFlightBytes: *inFlightBytes, Ordered: *ordered, Notify: *notify}
+	o.Relay = relay.Config{BatchSize: *batch, MaxInFlight: *inFlight, MaxInFlightBytes: *inFlightBytes, Ordered: *ordered, Partitioned: *partitioned, Notify: *notify}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {

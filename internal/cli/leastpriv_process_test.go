@@ -147,7 +147,15 @@ func TestProcess_LeastPrivilegeOrderedRelayKeepsKeysInOrder(t *testing.T) {
 	waitfor.Condition(t, 30*time.Second, "the emptied lanes to be pruned", func() bool { return lp.Count(t, "lanes") == 0 })
 	relaytest.AssertStreamMatchesArchive(t, lp.Schema, srv, "EVENTS", 240)
 
-	// Per key, the stream holds the rows in insert order.
+	assertStreamInKeyOrder(t, srv)
+	stopRelay(t, p)
+	assertNoPermissionErrors(t, p)
+}
+
+// assertStreamInKeyOrder checks that, per key, the stream EVENTS holds
+// the rows produce wrote in insert order (by their idempotency keys).
+func assertStreamInKeyOrder(t *testing.T, srv *natstest.Server) {
+	t.Helper()
 	last := map[string]string{}
 	for _, m := range srv.Messages(t, "EVENTS") {
 		var e orderedEvent
@@ -163,8 +171,35 @@ func TestProcess_LeastPrivilegeOrderedRelayKeepsKeysInOrder(t *testing.T) {
 		}
 		last[e.Key] = id
 	}
+}
+
+func TestProcess_LeastPrivilegePartitionedRelayOwnsTheBucketsAndKeepsKeysInOrder(t *testing.T) {
+	t.Parallel()
+	lp := leastPrivilegeSchema(t)
+	srv := natstest.Start(t)
+	srv.CreateStream(t, "EVENTS", "events.>")
+	keys := []string{"k1", "k2", "k3", "k4", "k5", ""}
+	// Rows before the relay switches the schema to partitioned mode (the
+	// switch builds the per-bucket index as the schema's owner) and after.
+	produce(t, lp, "events.partitioned", 1, 20, keys...)
+	p := startProcess(t, "DATABASE_URL="+lp.Relay.URL, "RELAY_SCHEMA="+lp.Name, "NATS_URL="+srv.URL(),
+		"RELAY_MIGRATE=false", "RELAY_MODE=partitioned")
+	p.waitLog(`"acquired buckets"`)
+	var mode string
+	var owned int
+	if err := lp.Pool.QueryRow(context.Background(), "SELECT (SELECT mode FROM "+lp.Table("relay_mode")+"), (SELECT count(*) FROM "+
+		lp.Table("buckets")+" WHERE owner IS NOT NULL)").Scan(&mode, &owned); err != nil || mode != "partitioned" || owned != 64 {
+		t.Fatalf("schema mode = %q, %d buckets owned, %v; want partitioned and 64", mode, owned, err)
+	}
+	produce(t, lp, "events.partitioned", 21, 40, keys...)
+	relaytest.WaitDrained(t, lp.Schema, relaytest.Budget(240))
+	relaytest.AssertStreamMatchesArchive(t, lp.Schema, srv, "EVENTS", 240)
+	assertStreamInKeyOrder(t, srv)
 	stopRelay(t, p)
 	assertNoPermissionErrors(t, p)
+	if err := lp.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+lp.Table("buckets")+" WHERE owner IS NOT NULL").Scan(&owned); err != nil || owned != 0 {
+		t.Errorf("%d buckets still owned after a clean shutdown (%v), want all released", owned, err)
+	}
 }
 
 func TestProcess_LeastPrivilegeRelayWithMigrationsOnExplainsWhatToDo(t *testing.T) {

@@ -25,6 +25,24 @@ import (
 // order. A re-send of an event already accepted is allowed (delivery is at
 // least once); a gap or a reordering is not.
 
+// keyOrderModes are the settings of the modes that keep each key's order;
+// the ordering tests run in each, with the same rows and the same checks.
+var keyOrderModes = map[string]string{
+	"ordered":     "RELAY_ORDERED=true",
+	"partitioned": "RELAY_MODE=partitioned",
+}
+
+// inKeyOrderModes runs test once per mode of keyOrderModes, in parallel
+// subtests, passing the mode's setting.
+func inKeyOrderModes(t *testing.T, test func(t *testing.T, mode string)) {
+	for name, mode := range keyOrderModes {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, mode)
+		})
+	}
+}
+
 // orderedEvent is the payload of the ordered tests' rows.
 type orderedEvent struct {
 	Key string `json:"key"`
@@ -78,132 +96,138 @@ func assertInOrder(t *testing.T, accepted []orderedEvent, keys, perKey int) {
 
 func TestProcess_OrderedThreeRelaysAFlakyWebhookKeepEveryKeyInOrder(t *testing.T) {
 	t.Parallel()
-	dbtest.Exclusive(t, "many relays, many events")
-	db := dbtest.New(t)
-	rcv := webhooktest.NewReceiver(t)
-	// About one first attempt in ten fails: most with 500, some with 429
-	// and Retry-After: 1, which must hold up that key only.
-	rcv.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
-		id := r.Header.Get("webhook-id")
-		h := fnv.New32a()
-		h.Write([]byte(id))
-		if rcv.Arrived(id) > 1 {
-			return 0 // retries succeed
+	inKeyOrderModes(t, func(t *testing.T, mode string) {
+		dbtest.Exclusive(t, "many relays, many events")
+		db := dbtest.New(t)
+		rcv := webhooktest.NewReceiver(t)
+		// About one first attempt in ten fails: most with 500, some with 429
+		// and Retry-After: 1, which must hold up that key only.
+		rcv.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
+			id := r.Header.Get("webhook-id")
+			h := fnv.New32a()
+			h.Write([]byte(id))
+			if rcv.Arrived(id) > 1 {
+				return 0 // retries succeed
+			}
+			switch h.Sum32() % 100 {
+			case 0, 1, 2:
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusTooManyRequests)
+				return http.StatusTooManyRequests
+			case 3, 4, 5, 6, 7, 8, 9:
+				w.WriteHeader(http.StatusInternalServerError)
+				return http.StatusInternalServerError
+			}
+			return 0
+		})
+		const keys, perKey = 1000, 50
+		insertOrdered(t, db, keys, perKey)
+		env := []string{"DATABASE_URL=" + db.URL, "RELAY_SCHEMA=" + db.Name, "WEBHOOK_URL=" + rcv.URL, "WEBHOOK_SECRET=" + rcv.Secret,
+			mode, "RELAY_BACKOFF_MIN=50ms", "RELAY_BACKOFF_MAX=500ms"}
+		for range 3 {
+			startProcess(t, env...)
 		}
-		switch h.Sum32() % 100 {
-		case 0, 1, 2:
-			w.Header().Set("Retry-After", "1")
-			w.WriteHeader(http.StatusTooManyRequests)
-			return http.StatusTooManyRequests
-		case 3, 4, 5, 6, 7, 8, 9:
-			w.WriteHeader(http.StatusInternalServerError)
-			return http.StatusInternalServerError
-		}
-		return 0
-	})
-	const keys, perKey = 1000, 50
-	insertOrdered(t, db, keys, perKey)
-	env := []string{"DATABASE_URL=" + db.URL, "RELAY_SCHEMA=" + db.Name, "WEBHOOK_URL=" + rcv.URL, "WEBHOOK_SECRET=" + rcv.Secret,
-		"RELAY_ORDERED=true", "RELAY_BACKOFF_MIN=50ms", "RELAY_BACKOFF_MAX=500ms"}
-	for range 3 {
-		startProcess(t, env...)
-	}
-	relaytest.WaitDrained(t, db, relaytest.Budget(keys*perKey))
+		relaytest.WaitDrained(t, db, relaytest.Budget(keys*perKey))
 
-	var accepted []orderedEvent
-	retried := 0
-	for _, req := range rcv.Requests() {
-		if req.Status != http.StatusNoContent {
-			retried++
-			continue
+		var accepted []orderedEvent
+		retried := 0
+		for _, req := range rcv.Requests() {
+			if req.Status != http.StatusNoContent {
+				retried++
+				continue
+			}
+			var e orderedEvent
+			if err := json.Unmarshal(req.Body, &e); err != nil {
+				t.Fatalf("payload %q: %v", req.Body, err)
+			}
+			accepted = append(accepted, e)
 		}
-		var e orderedEvent
-		if err := json.Unmarshal(req.Body, &e); err != nil {
-			t.Fatalf("payload %q: %v", req.Body, err)
+		if retried < keys*perKey/20 {
+			t.Fatalf("only %d requests failed; the test proves little", retried)
 		}
-		accepted = append(accepted, e)
-	}
-	if retried < keys*perKey/20 {
-		t.Fatalf("only %d requests failed; the test proves little", retried)
-	}
-	assertInOrder(t, accepted, keys, perKey)
-	if n := db.Count(t, "dead_letters"); n != 0 {
-		t.Errorf("%d rows were dead-lettered", n)
-	}
-	if n := db.Count(t, "lanes"); n > 0 {
-		waitfor.Condition(t, 10*time.Second, "the lanes to be pruned", func() bool { return db.Count(t, "lanes") == 0 })
-	}
+		assertInOrder(t, accepted, keys, perKey)
+		if n := db.Count(t, "dead_letters"); n != 0 {
+			t.Errorf("%d rows were dead-lettered", n)
+		}
+		if n := db.Count(t, "lanes"); n > 0 {
+			waitfor.Condition(t, 10*time.Second, "the lanes to be pruned", func() bool { return db.Count(t, "lanes") == 0 })
+		}
+	})
 }
 
 func TestProcess_OrderedToJetStreamSurvivesASIGKILL(t *testing.T) {
 	t.Parallel()
-	dbtest.Exclusive(t, "many relays, many events")
-	db := dbtest.New(t)
-	srv := natstest.Start(t)
-	srv.CreateStream(t, "EVENTS", "events.>")
-	const keys, perKey = 1000, 50
-	insertOrdered(t, db, keys, perKey)
-	// An ack timeout of 1s made a loaded machine (the whole suite under
-	// the race detector) time out acks, retry and load it further, past
-	// the test's budget; 2s keeps the rescue after the kill quick.
-	env := relayEnv(db, srv, "RELAY_ORDERED=true", "RELAY_LEASE=5s", "NATS_ACK_TIMEOUT=2s")
-	victim := startProcess(t, env...)
-	startProcess(t, env...)
-	startProcess(t, env...)
-	waitfor.Condition(t, relaytest.Budget(keys*perKey/5), "a fifth of the events to be delivered", func() bool {
-		return db.Count(t, "archive") > keys*perKey/5
-	})
-	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	victim.wait(10 * time.Second)
-	if db.Count(t, "messages") == 0 {
-		t.Fatal("everything was delivered before the kill; the test proves nothing")
-	}
-	startProcess(t, env...)
-	relaytest.WaitDrained(t, db, relaytest.Budget(keys*perKey))
-
-	var accepted []orderedEvent
-	for _, m := range srv.Messages(t, "EVENTS") {
-		var e orderedEvent
-		if err := json.Unmarshal(m.Data, &e); err != nil {
-			t.Fatalf("message %s: %v", m.Header.Get(nats.MsgIdHdr), err)
+	inKeyOrderModes(t, func(t *testing.T, mode string) {
+		dbtest.Exclusive(t, "many relays, many events")
+		db := dbtest.New(t)
+		srv := natstest.Start(t)
+		srv.CreateStream(t, "EVENTS", "events.>")
+		const keys, perKey = 1000, 50
+		insertOrdered(t, db, keys, perKey)
+		// An ack timeout of 1s made a loaded machine (the whole suite under
+		// the race detector) time out acks, retry and load it further, past
+		// the test's budget; 2s keeps the rescue after the kill quick.
+		env := relayEnv(db, srv, mode, "RELAY_LEASE=5s", "NATS_ACK_TIMEOUT=2s")
+		victim := startProcess(t, env...)
+		startProcess(t, env...)
+		startProcess(t, env...)
+		waitfor.Condition(t, relaytest.Budget(keys*perKey/5), "a fifth of the events to be delivered", func() bool {
+			return db.Count(t, "archive") > keys*perKey/5
+		})
+		if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
 		}
-		accepted = append(accepted, e)
-	}
-	assertInOrder(t, accepted, keys, perKey)
+		victim.wait(10 * time.Second)
+		if db.Count(t, "messages") == 0 {
+			t.Fatal("everything was delivered before the kill; the test proves nothing")
+		}
+		startProcess(t, env...)
+		relaytest.WaitDrained(t, db, relaytest.Budget(keys*perKey))
+
+		var accepted []orderedEvent
+		for _, m := range srv.Messages(t, "EVENTS") {
+			var e orderedEvent
+			if err := json.Unmarshal(m.Data, &e); err != nil {
+				t.Fatalf("message %s: %v", m.Header.Get(nats.MsgIdHdr), err)
+			}
+			accepted = append(accepted, e)
+		}
+		assertInOrder(t, accepted, keys, perKey)
+	})
 }
 
 func TestProcess_OrderedRowsWithoutAKeyAreNeverHeldUp(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t)
-	rcv := webhooktest.NewReceiver(t)
-	// Every keyed event fails and waits an hour for its retry: the keys
-	// block.
-	rcv.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
-		if strings.HasPrefix(r.Header.Get("webhook-id"), "k") {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return http.StatusServiceUnavailable
+	inKeyOrderModes(t, func(t *testing.T, mode string) {
+		db := dbtest.New(t)
+		rcv := webhooktest.NewReceiver(t)
+		// Every keyed event fails and waits an hour for its retry: the keys
+		// block.
+		rcv.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
+			if strings.HasPrefix(r.Header.Get("webhook-id"), "k") {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return http.StatusServiceUnavailable
+			}
+			return 0
+		})
+		startProcess(t, "DATABASE_URL="+db.URL, "RELAY_SCHEMA="+db.Name, "WEBHOOK_URL="+rcv.URL, "WEBHOOK_SECRET="+rcv.Secret,
+			mode, "RELAY_BACKOFF_MIN=1h", "RELAY_BACKOFF_MAX=1h")
+		insertOrdered(t, db, 50, 20)
+		db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key)
+		            SELECT 'events.free', 'x', 'free-' || i FROM generate_series(1, 500) AS i`)
+		waitfor.Condition(t, 60*time.Second, "every row without a key to be delivered", func() bool {
+			var n int
+			_ = db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+db.Table("archive")+" WHERE key IS NULL").Scan(&n)
+			return n == 500
+		})
+		var keyedLeft int
+		if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+db.Table("messages")+" WHERE key IS NOT NULL").Scan(&keyedLeft); err != nil {
+			t.Fatal(err)
 		}
-		return 0
+		if keyedLeft != 50*20 {
+			t.Errorf("%d keyed rows left, want all 1000 held up behind their failing heads", keyedLeft)
+		}
 	})
-	startProcess(t, "DATABASE_URL="+db.URL, "RELAY_SCHEMA="+db.Name, "WEBHOOK_URL="+rcv.URL, "WEBHOOK_SECRET="+rcv.Secret,
-		"RELAY_ORDERED=true", "RELAY_BACKOFF_MIN=1h", "RELAY_BACKOFF_MAX=1h")
-	insertOrdered(t, db, 50, 20)
-	db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key)
-	            SELECT 'events.free', 'x', 'free-' || i FROM generate_series(1, 500) AS i`)
-	waitfor.Condition(t, 60*time.Second, "every row without a key to be delivered", func() bool {
-		var n int
-		_ = db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+db.Table("archive")+" WHERE key IS NULL").Scan(&n)
-		return n == 500
-	})
-	var keyedLeft int
-	if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+db.Table("messages")+" WHERE key IS NOT NULL").Scan(&keyedLeft); err != nil {
-		t.Fatal(err)
-	}
-	if keyedLeft != 50*20 {
-		t.Errorf("%d keyed rows left, want all 1000 held up behind their failing heads", keyedLeft)
-	}
 }
 
 func TestProcess_AFleetOfMixedModesIsRefused(t *testing.T) {

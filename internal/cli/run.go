@@ -32,7 +32,7 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 	}
 	s := settingsOf(&c, inv.Version)
 	log := newLogger(s, inv.Stderr)
-	log.Info("starting outbox-relay", "version", inv.Version, "schema", s.Relay.Schema, "ordered", s.Relay.Ordered)
+	log.Info("starting outbox-relay", "version", inv.Version, "schema", s.Relay.Schema, "mode", c.mode())
 	for _, u := range unknownVariables(inv.Environ) {
 		log.Warn("unknown variable ignored: a typo?", "variable", u.Name, "did_you_mean", u.Closest)
 	}
@@ -101,7 +101,11 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 	err = r.Run(ctx)
 	var conflict *relay.ModeConflictError
 	if errors.As(err, &conflict) {
-		return &configError{Var: "RELAY_ORDERED", Value: strconv.FormatBool(c.Ordered), Reason: conflict.Error(),
+		name, value := "RELAY_MODE", c.mode()
+		if c.Mode == "" {
+			name, value = "RELAY_ORDERED", strconv.FormatBool(c.Ordered)
+		}
+		return &configError{Var: name, Value: value, Reason: conflict.Error(),
 			Allowed: "the mode of the relays already running on RELAY_SCHEMA"}
 	}
 	return err

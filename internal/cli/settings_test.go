@@ -48,6 +48,7 @@ var sampleValues = map[string]string{
 	"RELAY_POLL_INTERVAL":       "200ms",
 	"RELAY_LEASE":               "45s",
 	"RELAY_ORDERED":             "true",
+	"RELAY_MODE":                "partitioned",
 	"RELAY_NOTIFY":              "true",
 	"RELAY_MAX_ATTEMPTS":        "7",
 	"RELAY_BACKOFF_MIN":         "2s",

@@ -88,6 +88,9 @@ func printStatus(w io.Writer, schema string, st *admin.StatusReport) {
 	if ordered {
 		printBlockedKeys(w, st)
 	}
+	if st.Mode == "partitioned" {
+		printBuckets(w, st)
+	}
 
 	fmt.Fprintln(w)
 	if len(st.Leases) == 0 {
@@ -209,4 +212,41 @@ func printMovement(w io.Writer, st *admin.StatusReport) {
 		parts = append(parts, p)
 	}
 	fmt.Fprintf(w, "\nDelivered per minute, the last %d (oldest first, this one last): %s\n", len(parts), strings.Join(parts, ", "))
+}
+
+// printBuckets prints, in partitioned mode, who holds which buckets and the
+// backlog of each relay's buckets.
+func printBuckets(w io.Writer, st *admin.StatusReport) {
+	fmt.Fprintln(w)
+	tw := newTable(w)
+	fmt.Fprintln(tw, "BUCKETS BY RELAY	COUNT	BUCKETS	EPOCH	LAST HEARTBEAT	LEASE ENDS	DUE	IN FLIGHT")
+	for _, o := range st.Buckets {
+		who := safe(o.RelayID)
+		if o.RelayID == "" {
+			who = "(nobody)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%d\t%d\n", who, len(o.Buckets), bucketRanges(o.Buckets), o.Epoch,
+			relTime(o.LastSeen, st.At), relTime(o.LeaseUntil, st.At), o.Due, o.InFlight)
+	}
+	tw.Flush()
+}
+
+// bucketRanges writes sorted bucket numbers as ranges: 0-15,32,40-47.
+func bucketRanges(buckets []int32) string {
+	var b strings.Builder
+	for i := 0; i < len(buckets); {
+		j := i
+		for j+1 < len(buckets) && buckets[j+1] == buckets[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d", buckets[i])
+		if j > i {
+			fmt.Fprintf(&b, "-%d", buckets[j])
+		}
+		i = j + 1
+	}
+	return b.String()
 }
