@@ -4,7 +4,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/outbox_bench?sslmode=disable
 NATS_URL ?= nats://127.0.0.1:4222
 REFLOOP ?= ../shared/refloop
 
-.PHONY: build test ci bench bench-binary examples examples-run
+.PHONY: build test ci bench bench-binary bench-replicas examples examples-run
 
 build:
 	.ci/build bin/outbox-relay
@@ -30,6 +30,24 @@ bench:
 # Dockerfile build it), run with its defaults, from exec to an empty table.
 bench-binary: build
 	$(MAKE) bench BENCHFLAGS='-binary bin/outbox-relay $(BENCHFLAGS)'
+
+# Drain rate and latency with 1, 2, 4 and 8 relays (REPLICAS) in both
+# modes, unordered (every relay claims from the whole table with SKIP
+# LOCKED) and partitioned, beside refloop with two workers per relay, round
+# by round: a backlog of 200k events due at one shared timestamp, then a
+# steady 2000 events/s for 20 s. Each prints its rounds, then a table of
+# medians with partitioned / unordered and each against refloop. Estimated
+# from smaller runs: about 20 minutes on two cores with 3 rounds (about 14
+# with REPLICA_ROUNDS=2); 8 relays hold up to 72 connections.
+# REPLICA_BACKLOG and REPLICA_STEADY (events, at 2000/s) shrink it for a
+# smoke run.
+REPLICAS ?= 1,2,4,8
+REPLICA_ROUNDS ?= 3
+REPLICA_BACKLOG ?= 200000
+REPLICA_STEADY ?= 40000
+bench-replicas:
+	$(MAKE) bench ROUNDS=$(REPLICA_ROUNDS) BENCHFLAGS='-modes -replicas $(REPLICAS) -mode backlog -burst -n $(REPLICA_BACKLOG)'
+	$(MAKE) bench ROUNDS=$(REPLICA_ROUNDS) BENCHFLAGS='-modes -replicas $(REPLICAS) -mode steady -rate 2000 -n $(REPLICA_STEADY)'
 
 # The examples' tests: their INSERT statements match the README's and work
 # against a real schema, and the Go example's main runs (part of `make test`).

@@ -5,8 +5,10 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,7 +32,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks"
-	natssink "github.com/outbox-relay/outbox-relay/sinks/nats"
 )
 
 // Stream and subjects the benchmark publishes to.
@@ -72,6 +73,20 @@ type Options struct {
 	// Keys, when set, gives the rows that many ordering keys, interleaved
 	// (row i has key i mod Keys), so that each key has N/Keys events.
 	Keys int
+	// Burst, in backlog mode, gives every row of the backlog the same
+	// available_at, a second before the load (the database's clock), as a
+	// batch of renewals all due at midnight would have: the shape of
+	// refloop's -burst. Otherwise the rows take the column's default, now()
+	// of the loading transaction, which is one shared timestamp too (refloop
+	// without -burst spreads its rows a microsecond apart).
+	Burst bool
+	// Replicas is the number of relays run at once (default 1), each with
+	// its own pool of relay.PoolSize connections, its own NATS connection
+	// and its own id (bench-1, bench-2, ...), all configured by Relay. They
+	// start together; the measurement starts with them, so that it includes
+	// the time they take to share the work (in partitioned mode, the
+	// buckets). At most MaxReplicas.
+	Replicas int
 	// Relay is the relay configuration; zero values are the defaults, which
 	// is what the benchmark is for.
 	Relay   relay.Config
@@ -91,6 +106,8 @@ type Result struct {
 	MaxMs         *float64       `json:"max_ms,omitempty"`
 	Mode          string         `json:"mode"`
 	Ordered       bool           `json:"ordered"`
+	DeliveryMode  string         `json:"delivery_mode"`
+	Replicas      int            `json:"replicas"`
 	Keys          int            `json:"keys,omitempty"`
 	Batch         int            `json:"batch"`
 	PayloadBytes  int            `json:"payload_bytes"`
@@ -113,10 +130,49 @@ const (
 	// ExtraRelayCPU is the benchmark process's CPU seconds per 100k events
 	// over the same span: the relay, and in steady mode the producers.
 	ExtraRelayCPU = "relay_cpu_s_per_100k"
+	// ExtraDeliveriesPerRelay lists, with several replicas, how many
+	// messages each delivered (bench-1 first).
+	ExtraDeliveriesPerRelay = "deliveries_per_relay"
 )
+
+// MaxReplicas bounds Options.Replicas: a relay past the number of buckets
+// would own none in partitioned mode, and each replica's pool may hold
+// relay.PoolSize connections.
+const MaxReplicas = 64
+
+// Validate reports the first option out of range, naming the flag of the
+// bench command that sets it.
+func (o Options) Validate() error {
+	switch {
+	case o.Mode != "backlog" && o.Mode != "steady":
+		return fmt.Errorf("unknown mode %q: want backlog or steady", o.Mode)
+	case o.Replicas < 0 || o.Replicas > MaxReplicas:
+		return fmt.Errorf("-replicas %d: want 1 to %d", o.Replicas, MaxReplicas)
+	case o.Relay.Ordered && o.Relay.Partitioned:
+		return errors.New("-ordered and -partitioned exclude each other: a schema runs one mode")
+	case o.Burst && o.Mode != "backlog":
+		return errors.New("-burst shapes the backlog: it needs -mode backlog")
+	}
+	return nil
+}
+
+// DeliveryMode names the mode relays configured by c run: unordered,
+// ordered or partitioned.
+func DeliveryMode(c relay.Config) string {
+	switch {
+	case c.Ordered:
+		return relay.ModeOrdered
+	case c.Partitioned:
+		return relay.ModePartitioned
+	}
+	return relay.ModeUnordered
+}
 
 // Run performs one measurement and writes its Result to w.
 func Run(ctx context.Context, o Options, w io.Writer) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
 	if o.Timeout == 0 {
 		o.Timeout = 10 * time.Minute
 	}
@@ -125,8 +181,11 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	o.Replicas = max(o.Replicas, 1)
 	res := Result{
 		Name: "outbox-relay", Mode: o.Mode, PayloadBytes: o.PayloadBytes, Label: o.Label,
+		Ordered: o.Relay.Ordered, DeliveryMode: DeliveryMode(o.Relay), Replicas: o.Replicas, Keys: o.Keys,
+		Batch:      cmp.Or(o.Relay.BatchSize, relay.BatchSizeDefault),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), StartedAt: time.Now().UTC().Format(time.RFC3339),
 		Extra: map[string]any{},
 	}
@@ -136,52 +195,20 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer pool.Close()
-	if err := resetSchema(ctx, pool, o.Schema); err != nil {
-		return err
-	}
-	if err := resetStream(ctx, o.NatsURL); err != nil {
+	if err := resetScratch(ctx, pool, o); err != nil {
 		return err
 	}
 	pgCPU, pgCPUErr := NewPostgresCPU(ctx, pool)
 	if err := prefill(ctx, pool, o); err != nil {
 		return fmt.Errorf("prefill: %w", err)
 	}
-	sink, err := natssink.New(natssink.Config{URL: o.NatsURL, JetStream: true, Logger: o.Logger})
-	if err != nil {
-		return err
-	}
-	defer sink.Close()
-
 	lat := newLatencies(o.N)
-	cfg := o.Relay
-	cfg.Schema = o.Schema
-	cfg.Sinks = map[string]sinks.Sink{"nats": &timingSink{next: sink, lat: lat, steady: o.Mode == "steady"}}
-	cfg.Logger = o.Logger
-	cfg.Metrics = relay.NewMetrics()
-	res.Ordered, res.Keys = cfg.Ordered, o.Keys
-	res.Batch = cfg.BatchSize
-	if res.Batch == 0 {
-		res.Batch = relay.BatchSizeDefault
-	}
-	// The pool the binary gives the relay (pgxpool's default, 4 on two
-	// cores, makes claims wait for connections).
-	pc, err := pgxpool.ParseConfig(o.DatabaseURL)
+	rs, err := newReplicas(ctx, o, lat)
 	if err != nil {
 		return err
 	}
-	pc.MaxConns = relay.PoolSize
-	relayPool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return err
-	}
-	defer relayPool.Close()
-	r, err := relay.New(relayPool, cfg)
-	if err != nil {
-		return err
-	}
-	delivered := func() int {
-		return int(counterValue(cfg.Metrics.Messages.WithLabelValues("nats", "delivered")))
-	}
+	defer rs.close()
+	delivered := func() int { n, _ := rs.delivered(); return n }
 
 	var start time.Time
 	var pgStart, cpuStart time.Duration
@@ -191,9 +218,16 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 			pgStart, pgCPUErr = pgCPU.Used()
 		}
 	}
-	runCtx, stopRelay := context.WithCancel(ctx)
-	defer stopRelay()
-	relayDone := make(chan error, 1)
+	runCtx, stopRelays := context.WithCancel(ctx)
+	defer stopRelays()
+	var run *running // set while relays run; waited for on every return
+	defer func() {
+		if run != nil {
+			stopRelays()
+			_ = run.wait()
+		}
+	}()
+	var buckets *bucketWatch
 	switch o.Mode {
 	case "backlog":
 		t0 := time.Now()
@@ -202,19 +236,33 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		}
 		res.InsertSeconds = round(time.Since(t0).Seconds(), 4)
 		startClocks()
-		go func() { relayDone <- r.Run(runCtx) }()
+		run = rs.start(runCtx)
+		if o.Relay.Partitioned {
+			buckets = watchBuckets(ctx, pool, o.Schema, o.Replicas, start)
+			defer buckets.stop()
+		}
 	case "steady":
+		// The producers start once the relays share the buckets: steady
+		// mode measures the stream, not the start.
+		run = rs.start(runCtx)
+		if o.Relay.Partitioned {
+			buckets = watchBuckets(ctx, pool, o.Schema, o.Replicas, time.Now())
+			defer buckets.stop()
+			if err := buckets.waitShared(ctx); err != nil {
+				return errors.Join(err, run.early())
+			}
+		}
 		startClocks()
-		go func() { relayDone <- r.Run(runCtx) }()
 		if err := produce(ctx, pool, o, lat); err != nil {
 			return fmt.Errorf("produce: %w", err)
 		}
-	default:
-		return fmt.Errorf("unknown mode %q: want backlog or steady", o.Mode)
 	}
 	var first time.Duration
 	nextProgress := time.Now().Add(time.Second)
 	for n := delivered(); n < o.N; n = delivered() {
+		if err := run.early(); err != nil {
+			return err
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("only %d of %d delivered: %w", n, o.N, ctx.Err())
 		}
@@ -247,12 +295,24 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	}
 	if o.Mode == "backlog" {
 		res.Extra["first_delivery_ms"] = round(float64(first)/1e6, 1)
+		res.Extra["burst"] = o.Burst
 	}
-	stopRelay()
-	if err := <-relayDone; err != nil {
+	if buckets != nil {
+		if err := buckets.end(res.Extra); err != nil {
+			return err
+		}
+	}
+	stopRelays()
+	err = run.wait()
+	run = nil
+	if err != nil {
 		return err
 	}
-	res.Events = delivered()
+	var each []int
+	res.Events, each = rs.delivered()
+	if o.Replicas > 1 {
+		res.Extra[ExtraDeliveriesPerRelay] = each
+	}
 	res.Seconds = round(elapsed.Seconds(), 4)
 	res.EventsPerSec = round(float64(res.Events)/elapsed.Seconds(), 1)
 	if o.Mode == "steady" {
@@ -270,11 +330,12 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	}
 	res.Extra["chosen_keys"] = o.ChosenKeys || o.Mode == "steady"
 
-	for name, h := range map[string]prometheus.Collector{
-		"claim": cfg.Metrics.ClaimDuration, "settle": cfg.Metrics.SettleDuration,
-		"deliver": cfg.Metrics.DeliverDuration,
+	for name, of := range map[string]func(*relay.Metrics) prometheus.Collector{
+		"claim":   func(m *relay.Metrics) prometheus.Collector { return m.ClaimDuration },
+		"settle":  func(m *relay.Metrics) prometheus.Collector { return m.SettleDuration },
+		"deliver": func(m *relay.Metrics) prometheus.Collector { return m.DeliverDuration },
 	} {
-		st := histogramStats(h)
+		st := histogramStats(rs.histograms(of)...)
 		res.Extra[name+"_count"] = st.count
 		res.Extra[name+"_mean_ms"] = round(st.mean*1000, 3)
 		res.Extra[name+"_p50_ms"] = round(st.quantile(0.50)*1000, 3)
@@ -289,7 +350,9 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	if rss, ok := peakRSS(); ok {
 		res.Extra["peak_rss_mb"] = round(float64(rss)/(1<<20), 1)
 	}
-	res.Verified = v.ok
+	// Each event delivered once: with several relays, a row delivered by
+	// two of them would count twice (JetStream would keep one copy).
+	res.Verified = v.ok && res.Events == o.N
 	return json.NewEncoder(w).Encode(res)
 }
 
@@ -408,8 +471,17 @@ func headers(seq int64) map[string]string {
 	return map[string]string{"event-type": "order.created", "trace-id": strconv.FormatInt(seq, 16)}
 }
 
-// preload writes N rows with COPY in one statement.
+// preload writes N rows with COPY in one statement; with o.Burst, every
+// one due at the same time, a second ago by the database's clock.
 func preload(ctx context.Context, pool *pgxpool.Pool, o Options) error {
+	columns := []string{"topic", "payload", "headers", "key", "idempotency_key"}
+	var due time.Time
+	if o.Burst {
+		if err := pool.QueryRow(ctx, "SELECT now() - interval '1 second'").Scan(&due); err != nil {
+			return err
+		}
+		columns = append(columns, "available_at")
+	}
 	i := 0
 	src := pgx.CopyFromFunc(func() ([]any, error) {
 		if i >= o.N {
@@ -426,9 +498,13 @@ func preload(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 			k := "bench-" + strconv.Itoa(i)
 			idem = &k
 		}
-		return []any{Subject, Payload(int64(i), o.PayloadBytes), headers(int64(i)), key, idem}, nil
+		row := []any{Subject, Payload(int64(i), o.PayloadBytes), headers(int64(i)), key, idem}
+		if o.Burst {
+			row = append(row, due)
+		}
+		return row, nil
 	})
-	n, err := pool.CopyFrom(ctx, pgx.Identifier{o.Schema, "messages"}, []string{"topic", "payload", "headers", "key", "idempotency_key"}, src)
+	n, err := pool.CopyFrom(ctx, pgx.Identifier{o.Schema, "messages"}, columns, src)
 	if err != nil {
 		return err
 	}
@@ -542,10 +618,15 @@ type histStats struct {
 	buckets map[float64]uint64 // upper bound -> cumulative count
 }
 
-// histogramStats sums the series of c.
-func histogramStats(c prometheus.Collector) histStats {
+// histogramStats sums the series of cs.
+func histogramStats(cs ...prometheus.Collector) histStats {
 	ch := make(chan prometheus.Metric, 16)
-	go func() { c.Collect(ch); close(ch) }()
+	go func() {
+		for _, c := range cs {
+			c.Collect(ch)
+		}
+		close(ch)
+	}()
 	st := histStats{buckets: map[float64]uint64{}}
 	var sum float64
 	for m := range ch {
@@ -617,8 +698,9 @@ func loadBacklog(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 }
 
 // PrepareBacklog readies a run of another program on the benchmark's
-// scratch schema and stream as Run does in backlog mode: both reset, the
-// history and rows not yet due of o added, its backlog loaded. Verify
+// scratch schema and stream as Run does in backlog mode: both reset (the
+// schema in the mode of o.Relay), the history and rows not yet due of o
+// added, its backlog loaded. Verify
 // checks the outcome.
 func PrepareBacklog(ctx context.Context, o Options) error {
 	pool, err := pgxpool.New(ctx, o.DatabaseURL)
@@ -626,10 +708,7 @@ func PrepareBacklog(ctx context.Context, o Options) error {
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer pool.Close()
-	if err := resetSchema(ctx, pool, o.Schema); err != nil {
-		return err
-	}
-	if err := resetStream(ctx, o.NatsURL); err != nil {
+	if err := resetScratch(ctx, pool, o); err != nil {
 		return err
 	}
 	if err := prefill(ctx, pool, o); err != nil {

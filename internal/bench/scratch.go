@@ -24,6 +24,18 @@ const ScratchMarker = "outbox-relay bench scratch: dropped and recreated by ever
 // exists and was not made by the benchmark.
 var ErrNotScratch = errors.New("not made by outbox-relay bench")
 
+// resetScratch resets o's scratch schema, in the mode of o.Relay
+// (applyMode), and the stream.
+func resetScratch(ctx context.Context, pool *pgxpool.Pool, o Options) error {
+	if err := resetSchema(ctx, pool, o.Schema); err != nil {
+		return err
+	}
+	if err := applyMode(ctx, pool, o); err != nil {
+		return err
+	}
+	return resetStream(ctx, o.NatsURL)
+}
+
 // resetSchema gives the run an empty, migrated schema: it drops schema
 // when it carries ScratchMarker, refuses when it exists without it, and
 // creates it with the marker.

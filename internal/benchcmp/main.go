@@ -1,9 +1,12 @@
 // Command benchcmp runs outbox-relay's benchmark and ../shared/refloop, the
 // workshop's minimal relay loop, alternately on the same database and NATS
-// server, and prints each round and the median ratio. It is a developer
-// tool (make bench), not part of the shipped binary:
+// server, and prints each round and the median ratio. With -modes it runs
+// the relay in both its unordered and partitioned modes beside refloop
+// (modes.go). It is a developer tool (make bench, make bench-replicas), not
+// part of the shipped binary:
 //
 //	DATABASE_URL=… NATS_URL=… go run ./internal/benchcmp -refloop bin/refloop -rounds 5
+//	DATABASE_URL=… NATS_URL=… go run ./internal/benchcmp -refloop bin/refloop -modes -replicas 1,2,4,8 -burst -n 200000
 package main
 
 import (
@@ -14,9 +17,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,25 +43,63 @@ func main() {
 	binary := flag.String("binary", "", "backlog mode: measure this outbox-relay binary, run with its defaults, from exec until the table is empty (instead of the in-process benchmark)")
 	chosenKeys := flag.Bool("chosen-keys", false, "give every row an idempotency key of the producer's choosing (looked up and recorded)")
 	notDue := flag.Int("not-due", 0, "add this many rows due in a day (compared with the relay without them, not refloop)")
+	replicas := flag.String("replicas", "1", "relays run at once, or a comma-separated list of counts measured one after the other (1,2,4,8); refloop runs two workers per relay, as each relay has two claim loops")
+	partitioned := flag.Bool("partitioned", false, "run the relay in partitioned mode (RELAY_MODE=partitioned)")
+	burst := flag.Bool("burst", false, "backlog mode: every row due at the same time, for the relay and for refloop (its -burst)")
+	modes := flag.Bool("modes", false, "run the relay in unordered and in partitioned mode alternately with refloop, with the same replicas, and print the ratios of each round and a table of medians")
 	flag.Parse()
 	o := bench.Options{
 		DatabaseURL: os.Getenv("DATABASE_URL"), NatsURL: os.Getenv("NATS_URL"), Schema: *schema,
 		Mode: *mode, N: *n, PayloadBytes: *payload, Rate: *rate, Timeout: 10 * time.Minute,
 		Producers: *producers, RowsPerTx: *rowsPerTx, Archived: *archived, NotDue: *notDue, ChosenKeys: *chosenKeys,
-		Relay: relay.Config{Notify: *notify},
+		Burst: *burst, Relay: relay.Config{Notify: *notify, Partitioned: *partitioned},
 	}
-	if o.DatabaseURL == "" || o.NatsURL == "" {
-		fmt.Fprintln(os.Stderr, "benchcmp: set DATABASE_URL and NATS_URL")
+	counts, err := parseCounts(*replicas)
+	usage := func(msg string) {
+		fmt.Fprintln(os.Stderr, "benchcmp:", msg)
 		os.Exit(2)
 	}
-	if *binary != "" && (o.Mode != "backlog" || o.Archived > 0 || o.NotDue > 0) {
-		fmt.Fprintln(os.Stderr, "benchcmp: -binary measures a backlog drain against refloop only (no -mode steady, -archived or -not-due)")
-		os.Exit(2)
+	switch {
+	case o.DatabaseURL == "" || o.NatsURL == "":
+		usage("set DATABASE_URL and NATS_URL")
+	case err != nil:
+		usage(err.Error())
+	case *binary != "" && (o.Mode != "backlog" || o.Archived > 0 || o.NotDue > 0 || *partitioned || *modes || slices.Max(counts) > 1):
+		usage("-binary measures one relay's backlog drain with its defaults against refloop only (no -mode steady, -archived, -not-due, -partitioned, -modes or -replicas)")
+	case *modes && (*partitioned || o.Archived > 0 || o.NotDue > 0):
+		usage("-modes runs both modes against refloop (no -partitioned, -archived or -not-due)")
 	}
-	if err := compare(context.Background(), o, *refloop, *binary, *rounds, os.Stdout); err != nil {
+	if err := o.Validate(); err != nil {
+		usage(err.Error())
+	}
+	ctx := context.Background()
+	if *modes {
+		err = compareModes(ctx, o, *refloop, counts, *rounds, os.Stdout)
+	}
+	for i := 0; !*modes && i < len(counts) && err == nil; i++ {
+		o.Replicas = counts[i]
+		if len(counts) > 1 {
+			fmt.Fprintf(os.Stdout, "== %d replicas\n", counts[i])
+		}
+		err = compare(ctx, o, *refloop, *binary, *rounds, os.Stdout)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchcmp:", err)
 		os.Exit(1)
 	}
+}
+
+// parseCounts reads a comma-separated list of replica counts.
+func parseCounts(list string) ([]int, error) {
+	var counts []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > bench.MaxReplicas {
+			return nil, fmt.Errorf("-replicas %q: want counts from 1 to %d, separated by commas", list, bench.MaxReplicas)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
 }
 
 // compare runs the relay's benchmark (or the binary, when set: runBinary)
@@ -93,6 +134,9 @@ func compare(ctx context.Context, o bench.Options, refloop, binary string, round
 		return res, (after - before).Seconds() * 100000 / float64(o.N), nil
 	}
 	baselineName := "refloop"
+	if o.Replicas > 1 {
+		baselineName = fmt.Sprintf("refloop (%d workers)", refloopWorkers(o))
+	}
 	baseline := func() (bench.Result, error) { return runRefloop(ctx, refloop, o) }
 	if o.Archived > 0 || o.NotDue > 0 {
 		baselineName = "outbox-relay on empty tables"
@@ -123,27 +167,37 @@ func compare(ctx context.Context, o bench.Options, refloop, binary string, round
 		if !res.Verified || !ref.Verified {
 			return fmt.Errorf("round %d: a run did not verify (outbox-relay %v, %s %v)", round, res.Verified, baselineName, ref.Verified)
 		}
-		ratio := res.EventsPerSec / ref.EventsPerSec
-		if o.Mode == "steady" && res.P99ms != nil && ref.P99ms != nil {
-			ratio = *ref.P99ms / *res.P99ms
-		}
-		ratios = append(ratios, ratio)
+		r := ratio(o.Mode, res, ref)
+		ratios = append(ratios, r)
 		cpu := ""
 		if pg != nil && refCPU > 0 {
 			cpuRatios = append(cpuRatios, ourCPU/refCPU)
 			cpu = fmt.Sprintf(" | PostgreSQL CPU per 100k %.2f s vs %.2f s (%.2f×)", ourCPU, refCPU, ourCPU/refCPU)
 		}
-		fmt.Fprintf(w, "round %d: outbox-relay %s | %s %s | ratio %.2f%s\n", round, summary(res), baselineName, summary(ref), ratio, cpu)
+		fmt.Fprintf(w, "round %d: %s %s | %s %s | ratio %.2f%s\n", round, relayName(o), summary(res), baselineName, summary(ref), r, cpu)
 	}
-	fmt.Fprintf(w, "median ratio (outbox-relay / %s, %s) over %d rounds: %.2f\n", baselineName, basis(o.Mode), rounds, median(ratios))
+	fmt.Fprintf(w, "median ratio (%s / %s, %s) over %d rounds: %.2f\n", relayName(o), baselineName, basis(o.Mode), rounds, median(ratios))
 	if len(cpuRatios) > 0 {
 		span := "whole run with inserts"
 		if o.Archived > 0 || o.NotDue > 0 {
 			span = "drain"
 		}
-		fmt.Fprintf(w, "median PostgreSQL CPU ratio (outbox-relay / %s, %s, lower is better): %.2f\n", baselineName, span, median(cpuRatios))
+		fmt.Fprintf(w, "median PostgreSQL CPU ratio (%s / %s, %s, lower is better): %.2f\n", relayName(o), baselineName, span, median(cpuRatios))
 	}
 	return nil
+}
+
+// relayName names the relays of o: outbox-relay, with their mode and
+// number when they are not one relay in the default mode.
+func relayName(o bench.Options) string {
+	mode := bench.DeliveryMode(o.Relay)
+	switch {
+	case o.Replicas > 1:
+		return fmt.Sprintf("outbox-relay (%s, %d replicas)", mode, o.Replicas)
+	case mode != relay.ModeUnordered:
+		return "outbox-relay (" + mode + ")"
+	}
+	return "outbox-relay"
 }
 
 func median(v []float64) float64 {
@@ -161,6 +215,15 @@ func runRelay(ctx context.Context, o bench.Options) (bench.Result, error) {
 	return res, err
 }
 
+// ratio is how much better a did than b, above 1 when a is better: its
+// events/s over b's in backlog mode, b's p99 over its own in steady mode.
+func ratio(mode string, a, b bench.Result) float64 {
+	if mode == "steady" && a.P99ms != nil && b.P99ms != nil {
+		return *b.P99ms / *a.P99ms
+	}
+	return a.EventsPerSec / b.EventsPerSec
+}
+
 func basis(mode string) string {
 	if mode == "steady" {
 		return "refloop p99 / ours p99, higher is better"
@@ -176,28 +239,10 @@ func summary(r bench.Result) string {
 	if first, ok := r.Extra["first_delivery_ms"].(float64); ok {
 		s += fmt.Sprintf(", first after %.0f ms", first)
 	}
+	if shared, ok := r.Extra[bench.ExtraBucketsShared].(float64); ok {
+		s += fmt.Sprintf(", buckets shared after %.0f ms", shared)
+	} else if r.DeliveryMode == relay.ModePartitioned {
+		s += ", buckets not shared before the end"
+	}
 	return s
-}
-
-// runRefloop runs the reference loop with the parameters of o: batches of
-// 1000 and two workers, as its README measures it.
-func runRefloop(ctx context.Context, bin string, o bench.Options) (bench.Result, error) {
-	args := []string{
-		"-n", strconv.Itoa(o.N), "-payload", strconv.Itoa(o.PayloadBytes),
-		"-batch", "1000", "-workers", "2", "-mode", o.Mode,
-		"-producers", strconv.Itoa(max(o.Producers, 1)), "-producer-batch", strconv.Itoa(max(o.RowsPerTx, 1)),
-		"-dsn", o.DatabaseURL, "-nats", o.NatsURL,
-	}
-	if o.Mode == "steady" {
-		args = append(args, "-rate", strconv.FormatFloat(o.Rate, 'f', -1, 64))
-	}
-	out, err := exec.CommandContext(ctx, bin, args...).Output()
-	if err != nil {
-		return bench.Result{}, fmt.Errorf("%w: %s", err, out)
-	}
-	var r bench.Result
-	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
-		return bench.Result{}, fmt.Errorf("parse %q: %w", out, err)
-	}
-	return r, nil
 }
