@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Partitioned mode: which buckets this relay owns, and the round that
@@ -312,35 +314,16 @@ func (r *Relay) rebalance(ctx context.Context) (short bool, err error) {
 	if err := tx.QueryRow(ctx, r.q.relaysHeartbeat, r.cfg.ID, r.cfg.Version, r.mode(), r.cfg.Notify).Scan(&recorded); err != nil {
 		return false, fmt.Errorf("rebalance buckets: heartbeat: %w", err)
 	}
-	renewed := map[int32]int64{}
-	rows, err := tx.Query(ctx, r.q.bucketsRenew, r.cfg.ID, r.bucketTimes.lease)
+	renewed, err := bucketEpochs(tx.Query(ctx, r.q.bucketsRenew, r.cfg.ID, r.bucketTimes.lease))
 	if err != nil {
 		return false, fmt.Errorf("rebalance buckets: renew: %w", err)
 	}
-	var id int32
-	var epoch int64
-	for rows.Next() {
-		if err := rows.Scan(&id, &epoch); err != nil {
-			return false, fmt.Errorf("rebalance buckets: renew: %w", err)
-		}
-		renewed[id] = epoch
-	}
-	if err := rows.Err(); err != nil {
-		return false, fmt.Errorf("rebalance buckets: renew: %w", err)
-	}
-	var live []string
-	rows, err = tx.Query(ctx, r.q.bucketsLive, r.bucketTimes.alive)
+	rows, err := tx.Query(ctx, r.q.bucketsLive, r.bucketTimes.alive)
 	if err != nil {
 		return false, fmt.Errorf("rebalance buckets: read relays: %w", err)
 	}
-	var relayID string
-	for rows.Next() {
-		if err := rows.Scan(&relayID); err != nil {
-			return false, fmt.Errorf("rebalance buckets: read relays: %w", err)
-		}
-		live = append(live, relayID)
-	}
-	if err := rows.Err(); err != nil {
+	live, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
 		return false, fmt.Errorf("rebalance buckets: read relays: %w", err)
 	}
 	target := share(max(slices.Index(live, r.cfg.ID), 0), len(live))
@@ -355,17 +338,8 @@ func (r *Relay) rebalance(ctx context.Context) (short bool, err error) {
 	}
 	acquired := map[int32]int64{}
 	if want > 0 {
-		rows, err := tx.Query(ctx, r.q.bucketsAcquire, r.cfg.ID, r.bucketTimes.lease, want)
+		acquired, err = bucketEpochs(tx.Query(ctx, r.q.bucketsAcquire, r.cfg.ID, r.bucketTimes.lease, want))
 		if err != nil {
-			return false, fmt.Errorf("rebalance buckets: acquire: %w", err)
-		}
-		for rows.Next() {
-			if err := rows.Scan(&id, &epoch); err != nil {
-				return false, fmt.Errorf("rebalance buckets: acquire: %w", err)
-			}
-			acquired[id] = epoch
-		}
-		if err := rows.Err(); err != nil {
 			return false, fmt.Errorf("rebalance buckets: acquire: %w", err)
 		}
 	}
@@ -391,6 +365,22 @@ func (r *Relay) rebalance(ctx context.Context) (short bool, err error) {
 	}
 	r.metrics.BucketsOwned.Set(float64(r.buckets.count()))
 	return len(acquired) < want || r.buckets.releasing(), nil
+}
+
+// bucketEpochs reads the (bucket, epoch) rows that renewing and acquiring
+// buckets return.
+func bucketEpochs(rows pgx.Rows, err error) (map[int32]int64, error) {
+	if err != nil {
+		return nil, err
+	}
+	epochs := map[int32]int64{}
+	var id int32
+	var epoch int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &epoch}, func() error {
+		epochs[id] = epoch
+		return nil
+	})
+	return epochs, err
 }
 
 // reconcile brings the relay's view in line with the buckets it renewed:

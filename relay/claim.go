@@ -257,6 +257,9 @@ func (r *Relay) claimLanes(ctx context.Context, limit int, bytes int64, oversize
 // claim looks at it again.
 const laneRecheck = time.Second
 
+// createdAtColumn is where a claim statement returns created_at.
+const createdAtColumn = 7
+
 // readClaimed reads the rows of a claim statement. A row whose first column
 // is NULL reports a key whose rows were not claimed (a lane without rows
 // left, queryLanesClaim; a key held back, queryBucketsClaim): its last
@@ -267,9 +270,11 @@ func (r *Relay) readClaimed(rows pgx.Rows, limit int) (batch []claimed, held []h
 	for rows.Next() {
 		if raw := rows.RawValues(); raw[0] == nil {
 			h := heldKey{key: string(raw[len(raw)-1])}
-			if raw[7] != nil {
+			if raw[createdAtColumn] != nil {
 				var until pgtype.Timestamptz
-				if err := rows.Scan(nil, nil, nil, nil, nil, nil, nil, &until, nil, nil, nil, nil, nil, nil); err == nil {
+				dest := make([]any, len(raw))
+				dest[createdAtColumn] = &until
+				if err := rows.Scan(dest...); err == nil {
 					h.until = finite(until)
 				}
 			}

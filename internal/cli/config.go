@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 // config is the whole configuration, read from the environment only. Each
@@ -272,11 +273,11 @@ func (c *config) validate() error {
 		return c.refuse("RELAY_DEDUP_RETENTION", "negative")
 	}
 	switch c.Mode {
-	case "", "unordered", "ordered", "partitioned":
+	case "", relay.ModeUnordered, relay.ModeOrdered, relay.ModePartitioned:
 	default:
 		return c.refuse("RELAY_MODE", "unknown mode")
 	}
-	if c.Ordered && c.Mode != "" && c.Mode != "ordered" {
+	if c.Ordered && c.Mode != "" && c.Mode != relay.ModeOrdered {
 		return c.refuse("RELAY_MODE", "RELAY_ORDERED=true asks for ordered mode")
 	}
 	if c.CloudEvents != "" {
@@ -416,7 +417,7 @@ func (c *config) mode() string {
 	case c.Mode != "":
 		return c.Mode
 	case c.Ordered:
-		return "ordered"
+		return relay.ModeOrdered
 	}
-	return "unordered"
+	return relay.ModeUnordered
 }
