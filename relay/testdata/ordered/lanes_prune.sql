@@ -1,0 +1,1 @@
+SELECT "outbox".lanes_prune($1::text[])

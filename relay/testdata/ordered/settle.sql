@@ -1,0 +1,50 @@
+WITH archived AS (
+    DELETE FROM "outbox".messages AS m
+     USING unnest($1::bigint[], $2::int[], $3::bool[]) AS s(id, claim_seq, duplicate)
+     WHERE m.id = ANY ($1::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
+ RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
+           m.created_at, m.attempts, s.duplicate, m.dedup
+), archive_insert AS (
+    INSERT INTO "outbox".archive (id, topic, payload, key, headers, idempotency_key, destination,
+                               created_at, attempts, delivered_at, duplicate)
+    SELECT id, topic, payload, key, headers, idempotency_key, destination,
+           created_at, attempts, now(), duplicate
+      FROM archived
+), keys_insert AS (
+    INSERT INTO "outbox".delivered_keys (idempotency_key, delivered_at)
+    SELECT idempotency_key, now() FROM archived WHERE dedup AND NOT duplicate
+), requeued AS (
+    UPDATE "outbox".messages AS m
+       SET leased_by = NULL,
+           leased_until = NULL,
+           available_at = now() + r.delay_us * interval '1 microsecond',
+           last_error = coalesce(r.error, m.last_error),
+           attempts = greatest(m.attempts - CASE WHEN r.release THEN 1 ELSE 0 END, 0)
+      FROM unnest($4::bigint[], $5::int[], $6::bigint[], $7::text[], $8::bool[])
+           AS r(id, claim_seq, delay_us, error, release)
+     WHERE m.id = ANY ($4::bigint[]) AND m.id = r.id AND m.claim_seq = r.claim_seq
+ RETURNING m.id, m.key, m.available_at
+), dead AS (
+    DELETE FROM "outbox".messages AS m
+     USING unnest($9::bigint[], $10::int[], $11::text[], $12::text[]) AS d(id, claim_seq, reason, error)
+     WHERE m.id = ANY ($9::bigint[]) AND m.id = d.id AND m.claim_seq = d.claim_seq
+ RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
+           m.created_at, m.attempts, d.reason, d.error
+), lanes_moved AS (
+    UPDATE "outbox".lanes AS l
+       SET available_at = u.available_at
+      FROM (SELECT key, now() AS available_at FROM archived WHERE key IS NOT NULL
+            UNION ALL
+            SELECT key, available_at FROM requeued WHERE key IS NOT NULL
+            UNION ALL
+            SELECT key, now() FROM dead WHERE key IS NOT NULL) AS u
+     WHERE l.key = u.key
+), dead_insert AS (
+    INSERT INTO "outbox".dead_letters (id, topic, payload, key, headers, idempotency_key, destination,
+                                    created_at, attempts, reason, error)
+    SELECT id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, reason, error
+      FROM dead
+)
+SELECT coalesce((SELECT array_agg(id) FROM archived), '{}'),
+       coalesce((SELECT array_agg(id) FROM requeued), '{}'),
+       coalesce((SELECT array_agg(id) FROM dead), '{}')

@@ -1,0 +1,74 @@
+WITH owned AS MATERIALIZED (
+    SELECT b.bucket::integer AS bucket, p.max_rows
+      FROM unnest($8::int[], $9::bigint[], $10::int[]) AS p(bucket, epoch, max_rows)
+      JOIN "outbox".buckets AS b ON b.bucket = p.bucket AND b.epoch = p.epoch
+     WHERE b.owner = $1 AND b.lease_until > now() + $5::interval
+), due AS MATERIALIZED (
+    (SELECT c.id, c.leased_by, c.available_at, c.size, c.key
+      FROM owned AS o
+     CROSS JOIN LATERAL (
+           SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
+             FROM "outbox".messages AS m
+            WHERE "outbox".messages_bucket(m.key, m.id) = o.bucket
+              AND m.available_at <= now()
+              AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
+              AND coalesce(m.destination, $2) <> ALL ($3::text[])
+              AND (m.key IS NULL OR m.key <> ALL ($11::text[]))
+            ORDER BY m.available_at, m.id
+            LIMIT o.max_rows
+              FOR UPDATE SKIP LOCKED) AS c
+     LIMIT $4)
+    UNION ALL
+    SELECT * FROM (
+        SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
+          FROM "outbox".messages AS m
+         WHERE m.id = ANY (ARRAY(
+               SELECT (SELECT h.id FROM "outbox".messages AS h WHERE h.key = k.key ORDER BY h.id LIMIT 1)
+                 FROM unnest($11::text[]) AS k(key)))
+           AND "outbox".messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM owned))
+           AND m.available_at <= now()
+           AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
+           AND coalesce(m.destination, $2) <> ALL ($3::text[])
+           FOR UPDATE SKIP LOCKED) AS held_heads
+), fits AS MATERIALIZED (
+    SELECT id, leased_by, key FROM (
+        SELECT id, leased_by, key,
+               sum(size) OVER (ORDER BY available_at, id) AS upto,
+               row_number() OVER (ORDER BY available_at, id) AS n
+          FROM due) AS s
+     WHERE upto <= $6::bigint OR (n = 1 AND $7::bool)
+), kept AS MATERIALIZED (
+    SELECT f.id, f.leased_by
+      FROM fits AS f
+     WHERE f.key IS NULL
+        OR NOT EXISTS (SELECT 1 FROM "outbox".messages AS o
+                        WHERE o.key = f.key AND o.id < f.id
+                          AND o.id <> ALL (ARRAY(SELECT id FROM fits)))
+), held AS (
+    SELECT DISTINCT key FROM fits
+     WHERE key IS NOT NULL AND id <> ALL (ARRAY(SELECT id FROM kept))
+), leased AS (
+    UPDATE "outbox".messages AS m
+       SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
+           claim_seq = CASE WHEN m.claim_seq >= 2147483646 OR m.claim_seq < 0 THEN 1 ELSE m.claim_seq + 1 END,
+           leased_by = $1,
+           leased_until = now() + $5::interval
+     WHERE m.id = ANY (ARRAY(SELECT id FROM kept))
+ RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
+           m.created_at, m.attempts, m.claim_seq,
+           m.id = ANY (ARRAY(SELECT id FROM kept WHERE leased_by IS NOT NULL)) AS rescued,
+           CASE WHEN m.dedup
+                THEN (SELECT true FROM "outbox".delivered_keys AS k WHERE k.idempotency_key = m.idempotency_key LIMIT 1) IS NOT NULL
+                ELSE false END AS duplicate,
+           "outbox".messages_bucket(m.key, m.id) AS bucket
+)
+SELECT *, NULL::text FROM leased
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       (SELECT CASE WHEN o.leased_until > now() THEN least(o.leased_until, now() + $5::interval)
+                    ELSE greatest(o.available_at, now()) END
+          FROM "outbox".messages AS o
+         WHERE o.key = h.key AND o.id <> ALL (ARRAY(SELECT id FROM fits))
+         ORDER BY o.id LIMIT 1),
+       NULL, NULL, NULL, NULL, NULL, h.key
+  FROM held AS h

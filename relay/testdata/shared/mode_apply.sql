@@ -1,0 +1,1 @@
+SELECT "outbox".messages_apply_mode()

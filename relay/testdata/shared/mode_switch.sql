@@ -1,0 +1,1 @@
+UPDATE "outbox".relay_mode SET mode = $1, changed_at = now(), changed_by = $2
