@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
@@ -71,11 +72,11 @@ type claimer struct {
 // never held up by keys; in partitioned mode both claim from the owned
 // buckets; otherwise both claim any due row.
 func (r *Relay) claimers() []claimer {
-	if r.cfg.Ordered {
+	if r.cfg.Mode == outbox.ModeOrdered {
 		heads := claimer{what: "heads of keys", claim: r.claimLanes, wake: r.keyedWake, batch: max(r.cfg.BatchSize/4, 1)}
 		return []claimer{heads, heads, {what: "rows without a key", claim: r.claim}}
 	}
-	if r.cfg.Partitioned {
+	if r.cfg.Mode == outbox.ModePartitioned {
 		// Each relay sees only its buckets' part of a stream, which a
 		// claim often finds empty while the stream goes on: one loop
 		// looks again soon (eagerPause) until a whole poll interval

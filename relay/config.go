@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -69,19 +70,12 @@ type Config struct {
 	// Lease is how long a claim holds its rows (RELAY_LEASE); deliveries are
 	// cut off before it ends. Default LeaseDefault.
 	Lease time.Duration
-	// Ordered delivers rows with the same key one at a time, in insert
-	// order (RELAY_ORDERED): a keyed row is claimed only when no older row
-	// with its key is left, so a failing message holds up its own key (and
-	// no other) until it is delivered or dead-lettered. Rows without a key
-	// are never held up.
-	Ordered bool
-	// Partitioned gives each relay a share of 64 buckets
-	// (RELAY_MODE=partitioned): a row's bucket follows from its key (its id
-	// when it has none), and only the bucket's owner claims and settles its
-	// rows, so relays never contend for rows. A key's rows are delivered in
-	// insert order, each as soon as the one before it is acknowledged.
-	// Excludes Ordered.
-	Partitioned bool
+	// Mode is how the schema's rows are delivered (RELAY_MODE): unordered,
+	// ordered (a key's rows one at a time, in insert order, across relays)
+	// or partitioned (each relay owns a share of 64 buckets, and a key's
+	// rows are delivered in insert order, pipelined). Every relay on a
+	// schema must run the same mode. Default outbox.ModeUnordered.
+	Mode outbox.Mode
 	// Notify makes producers' inserts wake the relay (RELAY_NOTIFY): it
 	// LISTENs on a dedicated connection, and while it is alive every
 	// inserting statement sends one NOTIFY, so that a row is claimed as soon
@@ -133,6 +127,9 @@ func (c Config) withDefaults() Config {
 			host = "relay"
 		}
 		c.ID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if c.Mode == "" {
+		c.Mode = outbox.ModeUnordered
 	}
 	if c.Version == "" {
 		c.Version = "dev"
@@ -219,8 +216,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("BackoffMin, BackoffMax: need 0 < %s <= %s", c.BackoffMin, c.BackoffMax)
 	case c.DrainTimeout < 0:
 		return fmt.Errorf("DrainTimeout: %s is negative", c.DrainTimeout)
-	case c.Ordered && c.Partitioned:
-		return errors.New("Ordered, Partitioned: a relay runs one mode (partitioned mode keeps each key's order itself)")
+	case !slices.Contains(outbox.Modes, c.Mode):
+		return fmt.Errorf("Mode: %q is not a mode (%s, %s or %s)", c.Mode, outbox.ModeUnordered, outbox.ModeOrdered, outbox.ModePartitioned)
 	}
 	return nil
 }

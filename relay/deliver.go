@@ -31,7 +31,7 @@ func (r *Relay) deliver(ctx context.Context, name string, batch []claimed, deadl
 	if len(msgs) == 0 {
 		return
 	}
-	if r.cfg.Partitioned {
+	if r.cfg.Mode == outbox.ModePartitioned {
 		r.deliverInKeyOrder(ctx, name, msgs, tags, deadline)
 		return
 	}

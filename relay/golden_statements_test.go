@@ -1,9 +1,11 @@
 package relay
 
+import "github.com/outbox-relay/outbox-relay/outbox"
+
 // goldenStatements returns, by directory under testdata/, the statements
 // the relay runs for the schema "outbox".
 func goldenStatements() map[string]map[string]string {
-	u, o, p := renderQueries("outbox", ModeUnordered), renderQueries("outbox", ModeOrdered), renderQueries("outbox", ModePartitioned)
+	u, o, p := renderQueries("outbox", outbox.ModeUnordered), renderQueries("outbox", outbox.ModeOrdered), renderQueries("outbox", outbox.ModePartitioned)
 	return map[string]map[string]string{
 		"unordered": {
 			"claim":        u.claim,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
@@ -102,7 +103,7 @@ func TestRelay_PayloadBytesInFlightNeverExceedTheByteBudget(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			cfg := b.config(t)
-			cfg.Ordered = ordered
+			cfg.Mode = map[bool]outbox.Mode{true: outbox.ModeOrdered, false: outbox.ModeUnordered}[ordered]
 			cfg.MaxInFlightBytes = 64 << 10 // two 30,000-byte rows fit, three do not
 			held := &heldBySink{}
 			cfg.Sinks = map[string]sinks.Sink{"nats": held.sink(20 * time.Millisecond)}

@@ -7,15 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// Modes a schema's relays run in (the relay_mode table). Every relay on a
-// schema must run the same mode: per-key order holds only if every claim of
-// a keyed row goes through its lane.
-const (
-	ModeUnordered   = "unordered"
-	ModeOrdered     = "ordered"
-	ModePartitioned = "partitioned"
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // Relays record that they are alive every heartbeatInterval; a relay not
@@ -31,7 +24,7 @@ const (
 // alive on the schema: the relay does not start.
 type ModeConflictError struct {
 	// Want is this relay's mode; Recorded is the schema's.
-	Want, Recorded string
+	Want, Recorded outbox.Mode
 	// Alive names the relays alive in another mode, with their modes.
 	Alive []string
 }
@@ -45,25 +38,14 @@ func (e *ModeConflictError) Error() string {
 // ModeChangedError is returned by Run when the schema's mode changed while
 // the relay ran (another relay switched it after this one stopped sending
 // heartbeats, say while it was paused): it stops rather than break order.
-type ModeChangedError struct{ Want, Recorded string }
+type ModeChangedError struct{ Want, Recorded outbox.Mode }
 
 func (e *ModeChangedError) Error() string {
 	return fmt.Sprintf("the schema's mode changed to %s while this relay ran %s: stopping (every relay on a schema must run the same mode)", e.Recorded, e.Want)
 }
 
 // mode is this relay's mode.
-func (r *Relay) mode() string { return modeOf(r.cfg) }
-
-// modeOf is the mode cfg runs.
-func modeOf(cfg Config) string {
-	switch {
-	case cfg.Ordered:
-		return ModeOrdered
-	case cfg.Partitioned:
-		return ModePartitioned
-	}
-	return ModeUnordered
-}
+func (r *Relay) mode() outbox.Mode { return r.cfg.Mode }
 
 // register checks the relay's mode against the schema's and records the
 // relay as alive. When the modes differ and no relay of the schema's mode is
@@ -79,7 +61,7 @@ func (r *Relay) register(ctx context.Context) error {
 		return fmt.Errorf("register relay: lock the schema's mode: %w", err)
 	}
 	want := r.mode()
-	var recorded string
+	var recorded outbox.Mode
 	var alive []string
 	if err := tx.QueryRow(ctx, r.q.modeRead, r.cfg.ID, aliveFor, want).Scan(&recorded, &alive); err != nil {
 		return fmt.Errorf("register relay: read the schema's mode: %w", err)
@@ -110,7 +92,7 @@ func (r *Relay) register(ctx context.Context) error {
 }
 
 // switchMode records this relay's mode as the schema's, in tx.
-func (r *Relay) switchMode(ctx context.Context, tx pgx.Tx, from string) error {
+func (r *Relay) switchMode(ctx context.Context, tx pgx.Tx, from outbox.Mode) error {
 	want := r.mode()
 	if _, err := tx.Exec(ctx, r.q.modeSwitchLock); err != nil {
 		return fmt.Errorf("switch the schema to %s mode: hold producers back: %w", want, err)
@@ -119,12 +101,12 @@ func (r *Relay) switchMode(ctx context.Context, tx pgx.Tx, from string) error {
 		return fmt.Errorf("switch the schema to %s mode: %w", want, err)
 	}
 	var err error
-	if want == ModeOrdered {
+	if want == outbox.ModeOrdered {
 		_, err = tx.Exec(ctx, r.q.backfillLanes)
 	} else {
 		_, err = tx.Exec(ctx, r.q.clearLanes)
 	}
-	if err == nil && from == ModePartitioned {
+	if err == nil && from == outbox.ModePartitioned {
 		// Nobody owns a bucket outside partitioned mode; epochs go on.
 		_, err = tx.Exec(ctx, r.q.bucketsReset)
 	}
@@ -150,7 +132,7 @@ func (r *Relay) heartbeatLoop(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		var recorded string
+		var recorded outbox.Mode
 		err := r.pool.QueryRow(ctx, r.q.relaysHeartbeat, r.cfg.ID, r.cfg.Version, r.mode(), r.cfg.Notify).Scan(&recorded)
 		switch {
 		case err != nil && ctx.Err() == nil:

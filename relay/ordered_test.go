@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
@@ -72,15 +73,15 @@ func flakySink(next sinks.Sink) (sink *sinktest.Func, maxPerKey func() int) {
 
 // keyOrderModes are the modes that promise per-key order; their tests run
 // in each.
-var keyOrderModes = map[string]func(*relay.Config){
-	relay.ModeOrdered:     func(c *relay.Config) { c.Ordered = true },
-	relay.ModePartitioned: func(c *relay.Config) { c.Partitioned = true },
+var keyOrderModes = map[outbox.Mode]func(*relay.Config){
+	outbox.ModeOrdered:     func(c *relay.Config) { c.Mode = outbox.ModeOrdered },
+	outbox.ModePartitioned: func(c *relay.Config) { c.Mode = outbox.ModePartitioned },
 }
 
 func TestRelay_OrderedModeDeliversEachKeyInInsertOrder(t *testing.T) {
 	t.Parallel()
 	for mode, set := range keyOrderModes {
-		t.Run(mode, func(t *testing.T) {
+		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			testDeliversEachKeyInInsertOrder(t, set)
 		})
@@ -128,7 +129,7 @@ func TestRelay_OrderedModeAFailingHeadHoldsUpOnlyItsKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config(t)
-	cfg.Ordered = true
+	cfg.Mode = outbox.ModeOrdered
 	cfg.StatsInterval = 50 * time.Millisecond
 	cfg.BackoffMin, cfg.BackoffMax = time.Hour, time.Hour
 	start(t, b, cfg)
@@ -178,7 +179,7 @@ SELECT (SELECT count(*) FROM `+b.db.Table("messages")+` WHERE key = 'k' AND atte
 func TestRelay_OrderedModeClaimsDoNotWalkTheRowsBehindHeadsInFlight(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.db.SetMode(t, relay.ModeOrdered)
+	b.db.SetMode(t, outbox.ModeOrdered)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 100) FROM generate_series(1, 4100) AS i`)
 	// The heads are in flight: leased, their lanes moved to the lease's end.
 	b.db.Exec(t, `UPDATE %s.messages AS m SET leased_by = 'other', leased_until = now() + interval '1 minute', attempts = 1
@@ -225,7 +226,7 @@ func TestRelay_OrderedModeProducersRacingTheLanesLoseNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config(t)
-	cfg.Ordered = true
+	cfg.Mode = outbox.ModeOrdered
 	sink := &sinktest.Memory{}
 	cfg.Sinks = map[string]sinks.Sink{"nats": sink}
 	start(t, b, cfg)
@@ -272,12 +273,12 @@ func TestRelay_ReplicasOfAnotherModeRefuseToStart(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ordered := b.config(t)
-	ordered.ID, ordered.Ordered = "ordered-1", true
+	ordered.ID, ordered.Mode = "ordered-1", outbox.ModeOrdered
 	stopOrdered := start(t, b, ordered)
 	waitfor.Condition(t, 10*time.Second, "the ordered relay to register", func() bool {
-		var mode string
+		var mode outbox.Mode
 		_ = b.db.Pool.QueryRow(context.Background(), "SELECT mode FROM "+b.db.Table("relays")+" WHERE id = 'ordered-1'").Scan(&mode)
-		return mode == relay.ModeOrdered
+		return mode == outbox.ModeOrdered
 	})
 
 	// The lanes trigger runs only in ordered mode (it cost every insert
@@ -297,7 +298,7 @@ func TestRelay_ReplicasOfAnotherModeRefuseToStart(t *testing.T) {
 	defer cancel()
 	err = r.Run(ctx)
 	var conflict *relay.ModeConflictError
-	if !errors.As(err, &conflict) || conflict.Recorded != relay.ModeOrdered || !strings.Contains(err.Error(), "ordered-1") {
+	if !errors.As(err, &conflict) || conflict.Recorded != outbox.ModeOrdered || !strings.Contains(err.Error(), "ordered-1") {
 		t.Fatalf("an unordered relay beside an ordered one: Run = %v, want a ModeConflictError naming ordered-1", err)
 	}
 
@@ -306,8 +307,8 @@ func TestRelay_ReplicasOfAnotherModeRefuseToStart(t *testing.T) {
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'x', 'k')`)
 	start(t, b, unordered)
 	relaytest.WaitDrained(t, b.db, 10*time.Second) // by the unordered relay: registered, switched
-	var mode string
-	if err := b.db.Pool.QueryRow(context.Background(), "SELECT mode FROM "+b.db.Table("relay_mode")).Scan(&mode); err != nil || mode != relay.ModeUnordered {
+	var mode outbox.Mode
+	if err := b.db.Pool.QueryRow(context.Background(), "SELECT mode FROM "+b.db.Table("relay_mode")).Scan(&mode); err != nil || mode != outbox.ModeUnordered {
 		t.Errorf("schema mode %q, %v after the unordered relay started alone", mode, err)
 	}
 	if n := b.db.Count(t, "lanes"); n != 0 {
@@ -342,7 +343,7 @@ func TestRelay_RegisteringRepairsTheLaneTrigger(t *testing.T) {
 		t.Fatal("the lanes trigger is enabled before any ordered relay registered")
 	}
 	cfg := b.config(t)
-	cfg.Ordered = true
+	cfg.Mode = outbox.ModeOrdered
 	start(t, b, cfg)
 	waitfor.Condition(t, 10*time.Second, "the lanes trigger to be enabled", func() bool { return laneTriggerEnabled(t, b) })
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'x', 'k')`)

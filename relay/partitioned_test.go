@@ -15,6 +15,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
@@ -33,7 +34,7 @@ SELECT 'events.partitioned', convert_to(i::text, 'UTF8'), CASE WHEN i % 41 = 40 
 	for i := range 3 {
 		cfg := b.config(t)
 		cfg.ID = "relay-" + strconv.Itoa(i)
-		cfg.Partitioned = true
+		cfg.Mode = outbox.ModePartitioned
 		cfg.Lease = 2 * time.Second
 		cfg.BackoffMin, cfg.BackoffMax = 20*time.Millisecond, 50*time.Millisecond
 		cfg.Sinks = map[string]sinks.Sink{"nats": flaky}
@@ -70,7 +71,7 @@ func TestRelay_PartitionedModeAFailingOldestRowHoldsUpOnlyItsKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config(t)
-	cfg.Partitioned = true
+	cfg.Mode = outbox.ModePartitioned
 	cfg.Lease = 2 * time.Second
 	cfg.BackoffMin, cfg.BackoffMax = time.Hour, time.Hour
 	start(t, b, cfg)
@@ -131,7 +132,7 @@ func TestRelay_PartitionedModeARelayThatLostItsBucketsSettlesNothing(t *testing.
 	sink, started, release, sent := blockingSink()
 	cfg := b.config(t)
 	cfg.ID = "relay-a"
-	cfg.Partitioned = true
+	cfg.Mode = outbox.ModePartitioned
 	cfg.Lease = 5 * time.Second
 	cfg.Sinks = map[string]sinks.Sink{"nats": sink}
 	metrics := cfg.Metrics
@@ -204,7 +205,7 @@ func TestRelay_PartitionedModeRebalancesAsRelaysComeAndGoMovingFewBuckets(t *tes
 	newConfig := func(id string) relay.Config {
 		cfg := b.config(t)
 		cfg.ID = id
-		cfg.Partitioned = true
+		cfg.Mode = outbox.ModePartitioned
 		cfg.Lease = 2 * time.Second
 		return cfg
 	}
@@ -241,7 +242,7 @@ func TestRelay_PartitionedModeARelayFrozenMidRoundDoesNotStopTheOthers(t *testin
 	b := setup(t)
 	cfg := b.config(t)
 	cfg.ID = "relay-a"
-	cfg.Partitioned = true
+	cfg.Mode = outbox.ModePartitioned
 	cfg.Lease = 2 * time.Second
 	start(t, b, cfg)
 	waitfor.Condition(t, 10*time.Second, "relay A to hold the 64 buckets", func() bool {

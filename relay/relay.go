@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // settleGrace is how long settling may go on after the drain timeout at
@@ -73,7 +75,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	for _, table := range []string{"archive", "delivered_keys"} {
 		cfg.Metrics.RetentionDeleted.WithLabelValues(table)
 	}
-	if cfg.Partitioned {
+	if cfg.Mode == outbox.ModePartitioned {
 		for _, change := range []string{"acquired", "released", "lost"} {
 			cfg.Metrics.BucketChanges.WithLabelValues(change)
 		}
@@ -81,7 +83,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	r := &Relay{
 		cfg:       cfg,
 		pool:      pool,
-		q:         renderQueries(cfg.Schema, modeOf(cfg)),
+		q:         renderQueries(cfg.Schema, cfg.Mode),
 		log:       cfg.Logger.With("relay_id", cfg.ID),
 		metrics:   cfg.Metrics,
 		inflight:  newInFlight(cfg.MaxInFlight, cfg.MaxInFlightBytes),
@@ -133,7 +135,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	bucketCtx, stopBuckets := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBuckets()
 	var owning sync.WaitGroup
-	if r.cfg.Partitioned {
+	if r.cfg.Mode == outbox.ModePartitioned {
 		owning.Go(func() { r.bucketLoop(bucketCtx) })
 	}
 	var background sync.WaitGroup

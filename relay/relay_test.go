@@ -210,10 +210,10 @@ func TestRelay_TwoRelaysShareATableWithoutDuplicates(t *testing.T) {
 // everyMode runs test once per delivery mode, in parallel subtests, with
 // the function that sets the mode on a config.
 func everyMode(t *testing.T, test func(t *testing.T, set func(*relay.Config))) {
-	modes := map[string]func(*relay.Config){relay.ModeUnordered: func(*relay.Config) {}}
+	modes := map[outbox.Mode]func(*relay.Config){outbox.ModeUnordered: func(*relay.Config) {}}
 	maps.Copy(modes, keyOrderModes)
 	for mode, set := range modes {
-		t.Run(mode, func(t *testing.T) {
+		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			test(t, set)
 		})

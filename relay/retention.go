@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // Retention runs this often, deleting this many rows per statement. In
@@ -31,7 +33,7 @@ func (r *Relay) retentionLoop(ctx context.Context) {
 			if _, err := r.pool.Exec(ctx, r.q.relaysForget, forgetAfter); err != nil && ctx.Err() == nil {
 				r.log.Warn("forget relays gone for a day", "err", err)
 			}
-			if r.cfg.Ordered && round%laneRepairEvery == 0 {
+			if r.cfg.Mode == outbox.ModeOrdered && round%laneRepairEvery == 0 {
 				r.repairLanes(ctx)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
@@ -79,7 +80,7 @@ func TestRetention_RunsAsTheLeastPrivilegeRelayRole(t *testing.T) {
 	lp.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('t', 'x', 'order-1')`)
 	var failures bytes.Buffer
 	r, err := New(lp.PoolAs(t, lp.Relay), Config{
-		Schema: lp.Name, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}, Ordered: true,
+		Schema: lp.Name, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}, Mode: outbox.ModeOrdered,
 		ArchiveRetention: 7 * 24 * time.Hour, DedupRetention: 7 * 24 * time.Hour,
 		Logger: slog.New(slog.NewTextHandler(&failures, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // settleLoop writes down outcomes until in is closed. Whatever has arrived
@@ -26,10 +28,10 @@ func (r *Relay) settleLoop(ctx context.Context, in <-chan []outcome) {
 			}
 		}
 		r.settleWithRetry(ctx, items)
-		if r.cfg.Partitioned {
+		if r.cfg.Mode == outbox.ModePartitioned {
 			r.buckets.settled(items)
 		}
-		if r.cfg.Ordered {
+		if r.cfg.Mode == outbox.ModeOrdered {
 			// Heads left their lanes: the keys' next rows are claimable.
 			select {
 			case r.keyedWake <- struct{}{}:
@@ -104,7 +106,7 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 	var archived, requeued, deadLettered []int64
 	var err error
 	var fenced []any
-	if r.cfg.Partitioned {
+	if r.cfg.Mode == outbox.ModePartitioned {
 		buckets, epochs := fence(items)
 		fenced = []any{r.cfg.ID, buckets, epochs}
 	}
@@ -134,7 +136,7 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 	if lost := len(items) - len(settled); lost > 0 {
 		r.metrics.LeaseLost.Add(float64(lost))
 		what := "rows were claimed again before this relay settled them (its lease had expired); their outcome here is dropped and they are delivered under the new claim"
-		if r.cfg.Partitioned {
+		if r.cfg.Mode == outbox.ModePartitioned {
 			what = "rows were claimed again, or their buckets are no longer this relay's, before it settled them; their outcome here is dropped and the bucket's owner delivers them"
 		}
 		r.log.Warn(what, "num_rows", lost, "lease", r.cfg.Lease)

@@ -420,21 +420,21 @@ type queries struct {
 	orderedBacklog, orderedKeys             string
 }
 
-func renderQueries(schema, mode string) queries {
+func renderQueries(schema string, mode outbox.Mode) queries {
 	s := outbox.QuoteSchema(schema)
 	f := func(q string) string { return fmt.Sprintf(q, s) }
 	condition, lanes := "", ""
 	var archiveCTE, settleCTE, fence string
 	switch mode {
-	case ModeOrdered:
+	case outbox.ModeOrdered:
 		condition, lanes = unkeyedClaimCondition, f(settleLanes)
-	case ModePartitioned:
+	case outbox.ModePartitioned:
 		archiveCTE, fence = bucketFence(4)
 		settleCTE, _ = bucketFence(13)
 		archiveCTE, settleCTE, fence = f(archiveCTE), f(settleCTE), f(fence)
 	}
 	archiveOnly := ""
-	if mode != ModeOrdered {
+	if mode != outbox.ModeOrdered {
 		archiveOnly = fmt.Sprintf(queryMessagesArchive, s, "", fence, archiveCTE)
 	}
 	return queries{

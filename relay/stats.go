@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // gaugeCountCap bounds the rows a gauge query counts, so that refreshing the
@@ -56,7 +58,7 @@ func (r *Relay) refreshStats(ctx context.Context) error {
 			oldestDue = oldest
 		}
 	}
-	if r.cfg.Ordered {
+	if r.cfg.Mode == outbox.ModeOrdered {
 		rows, err := r.pool.Query(ctx, r.q.orderedBacklog, r.cfg.DefaultSink, gaugeCountCap)
 		if err != nil {
 			return fmt.Errorf("query backlog: %w", err)
@@ -97,7 +99,7 @@ func (r *Relay) refreshStats(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read table health: %w", err)
 	}
-	if r.cfg.Ordered {
+	if r.cfg.Mode == outbox.ModeOrdered {
 		// The table's oldest due row may be waiting on its key.
 		oldest = 0
 		if oldestDue != nil {

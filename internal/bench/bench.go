@@ -106,7 +106,7 @@ type Result struct {
 	MaxMs         *float64       `json:"max_ms,omitempty"`
 	Mode          string         `json:"mode"`
 	Ordered       bool           `json:"ordered"`
-	DeliveryMode  string         `json:"delivery_mode"`
+	DeliveryMode  outbox.Mode    `json:"delivery_mode"`
 	Replicas      int            `json:"replicas"`
 	Keys          int            `json:"keys,omitempty"`
 	Batch         int            `json:"batch"`
@@ -148,8 +148,6 @@ func (o Options) Validate() error {
 		return fmt.Errorf("unknown mode %q: want backlog or steady", o.Mode)
 	case o.Replicas < 0 || o.Replicas > MaxReplicas:
 		return fmt.Errorf("-replicas %d: want 1 to %d", o.Replicas, MaxReplicas)
-	case o.Relay.Ordered && o.Relay.Partitioned:
-		return errors.New("-ordered and -partitioned exclude each other: a schema runs one mode")
 	case o.Burst && o.Mode != "backlog":
 		return errors.New("-burst shapes the backlog: it needs -mode backlog")
 	}
@@ -158,14 +156,8 @@ func (o Options) Validate() error {
 
 // DeliveryMode names the mode relays configured by c run: unordered,
 // ordered or partitioned.
-func DeliveryMode(c relay.Config) string {
-	switch {
-	case c.Ordered:
-		return relay.ModeOrdered
-	case c.Partitioned:
-		return relay.ModePartitioned
-	}
-	return relay.ModeUnordered
+func DeliveryMode(c relay.Config) outbox.Mode {
+	return cmp.Or(c.Mode, outbox.ModeUnordered)
 }
 
 // Run performs one measurement and writes its Result to w.
@@ -184,7 +176,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	o.Replicas = max(o.Replicas, 1)
 	res := Result{
 		Name: "outbox-relay", Mode: o.Mode, PayloadBytes: o.PayloadBytes, Label: o.Label,
-		Ordered: o.Relay.Ordered, DeliveryMode: DeliveryMode(o.Relay), Replicas: o.Replicas, Keys: o.Keys,
+		Ordered: DeliveryMode(o.Relay) == outbox.ModeOrdered, DeliveryMode: DeliveryMode(o.Relay), Replicas: o.Replicas, Keys: o.Keys,
 		Batch:      cmp.Or(o.Relay.BatchSize, relay.BatchSizeDefault),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), StartedAt: time.Now().UTC().Format(time.RFC3339),
 		Extra: map[string]any{},
@@ -237,7 +229,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		res.InsertSeconds = round(time.Since(t0).Seconds(), 4)
 		startClocks()
 		run = rs.start(runCtx)
-		if o.Relay.Partitioned {
+		if o.Relay.Mode == outbox.ModePartitioned {
 			buckets = watchBuckets(ctx, pool, o.Schema, o.Replicas, start)
 			defer buckets.stop()
 		}
@@ -245,7 +237,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		// The producers start once the relays share the buckets: steady
 		// mode measures the stream, not the start.
 		run = rs.start(runCtx)
-		if o.Relay.Partitioned {
+		if o.Relay.Mode == outbox.ModePartitioned {
 			buckets = watchBuckets(ctx, pool, o.Schema, o.Replicas, time.Now())
 			defer buckets.stop()
 			if err := buckets.waitShared(ctx); err != nil {

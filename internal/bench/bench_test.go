@@ -10,6 +10,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/bench"
 	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/internal/natstest"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -25,15 +26,15 @@ func TestBench_EveryModeReportsSaneFigures(t *testing.T) {
 	}{
 		{"backlog", bench.Options{Mode: "backlog", N: 300, PayloadBytes: 256}, false},
 		{"steady", bench.Options{Mode: "steady", N: 200, PayloadBytes: 256, Rate: 400}, true},
-		{"ordered", bench.Options{Mode: "backlog", N: 300, PayloadBytes: 256, Keys: 10, Relay: relay.Config{Ordered: true}}, false},
+		{"ordered", bench.Options{Mode: "backlog", N: 300, PayloadBytes: 256, Keys: 10, Relay: relay.Config{Mode: outbox.ModeOrdered}}, false},
 		{"large payloads", bench.Options{Mode: "backlog", N: 40, PayloadBytes: 64 << 10, Relay: relay.Config{MaxInFlightBytes: 256 << 10}}, false},
 		{"notify", bench.Options{Mode: "steady", N: 100, PayloadBytes: 256, Rate: 200, Relay: relay.Config{Notify: true}}, true},
 		{"producers with rows per transaction", bench.Options{Mode: "steady", N: 200, PayloadBytes: 256, Rate: 400, Producers: 4, RowsPerTx: 10}, true},
 		{"history and chosen keys", bench.Options{Mode: "backlog", N: 300, PayloadBytes: 256, Archived: 2000, ChosenKeys: true}, false},
 		{"not yet due", bench.Options{Mode: "backlog", N: 300, PayloadBytes: 256, NotDue: 2000}, false},
 		{"replicas", bench.Options{Mode: "backlog", N: 300, PayloadBytes: 256, Replicas: 2, Burst: true}, false},
-		{"partitioned replicas", bench.Options{Mode: "backlog", N: 300, PayloadBytes: 256, Replicas: 2, Burst: true, Relay: relay.Config{Partitioned: true}}, false},
-		{"partitioned replicas steady", bench.Options{Mode: "steady", N: 200, PayloadBytes: 256, Rate: 400, Replicas: 2, Relay: relay.Config{Partitioned: true}}, true},
+		{"partitioned replicas", bench.Options{Mode: "backlog", N: 300, PayloadBytes: 256, Replicas: 2, Burst: true, Relay: relay.Config{Mode: outbox.ModePartitioned}}, false},
+		{"partitioned replicas steady", bench.Options{Mode: "steady", N: 200, PayloadBytes: 256, Rate: 400, Replicas: 2, Relay: relay.Config{Mode: outbox.ModePartitioned}}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,7 +54,7 @@ func TestBench_EveryModeReportsSaneFigures(t *testing.T) {
 			if !res.Verified || res.Events != o.N || res.Seconds <= 0 || res.EventsPerSec <= 0 {
 				t.Errorf("result %s: want verified, %d events, a positive duration and rate", out.String(), o.N)
 			}
-			if res.Ordered != o.Relay.Ordered || res.PayloadBytes != o.PayloadBytes || res.Mode != o.Mode ||
+			if res.Ordered != (o.Relay.Mode == outbox.ModeOrdered) || res.PayloadBytes != o.PayloadBytes || res.Mode != o.Mode ||
 				res.DeliveryMode != bench.DeliveryMode(o.Relay) || res.Replicas != max(o.Replicas, 1) {
 				t.Errorf("result %s does not describe the run", out.String())
 			}
@@ -131,9 +132,9 @@ func checkReplicas(t *testing.T, o bench.Options, res bench.Result) {
 	owned, hasOwned := res.Extra[bench.ExtraBucketsOwned].(float64)
 	shared, hasShared := res.Extra[bench.ExtraBucketsShared].(float64)
 	switch {
-	case !o.Relay.Partitioned && (hasOwned || hasShared):
+	case o.Relay.Mode != outbox.ModePartitioned && (hasOwned || hasShared):
 		t.Errorf("buckets reported outside partitioned mode: owned %v, shared %v", owned, shared)
-	case o.Relay.Partitioned && o.Mode == "steady" && (!hasOwned || !hasShared):
+	case o.Relay.Mode == outbox.ModePartitioned && o.Mode == "steady" && (!hasOwned || !hasShared):
 		t.Errorf("a steady partitioned run did not report its buckets: owned %v, shared %v", res.Extra[bench.ExtraBucketsOwned], res.Extra[bench.ExtraBucketsShared])
 	case hasShared && (!hasOwned || owned > shared || owned <= 0):
 		t.Errorf("buckets owned after %v ms, shared after %v ms: want 0 < owned <= shared", owned, shared)
@@ -150,7 +151,7 @@ func TestBench_PrepareBacklogBurstAndMode(t *testing.T) {
 	srv := natstest.Start(t)
 	o := bench.Options{
 		DatabaseURL: db.URL, NatsURL: srv.URL(), Schema: db.Name, Mode: "backlog", N: 500, PayloadBytes: 64,
-		Burst: true, Relay: relay.Config{Partitioned: true},
+		Burst: true, Relay: relay.Config{Mode: outbox.ModePartitioned},
 	}
 	if err := bench.PrepareBacklog(context.Background(), o); err != nil {
 		t.Fatal(err)
@@ -161,11 +162,11 @@ func TestBench_PrepareBacklogBurstAndMode(t *testing.T) {
 	if err != nil || rows != o.N || times != 1 || !due {
 		t.Errorf("backlog: %d rows, %d distinct available_at, all due %v (%v); want %d rows due at one time", rows, times, due, err, o.N)
 	}
-	var mode string
+	var mode outbox.Mode
 	var indexed bool
 	err = db.Pool.QueryRow(context.Background(), "SELECT (SELECT mode FROM "+db.Table("relay_mode")+"), to_regclass($1) IS NOT NULL",
 		db.Name+".messages_bucket_due_idx").Scan(&mode, &indexed)
-	if err != nil || mode != relay.ModePartitioned || !indexed {
+	if err != nil || mode != outbox.ModePartitioned || !indexed {
 		t.Errorf("schema mode %q, bucket index %v (%v); want partitioned with its index", mode, indexed, err)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 // Partitioned mode in the benchmark: the scratch schema is put in the mode
@@ -38,14 +37,14 @@ const bucketsWatchEvery = 10 * time.Millisecond
 // first relay of a run would build the index over the whole backlog inside
 // the measured drain. Other modes are left to the relay's own switch.
 func applyMode(ctx context.Context, pool *pgxpool.Pool, o Options) error {
-	if !o.Relay.Partitioned {
+	if o.Relay.Mode != outbox.ModePartitioned {
 		return nil
 	}
 	q := outbox.QuoteSchema(o.Schema)
-	_, err := pool.Exec(ctx, "UPDATE "+q+".relay_mode SET mode = '"+relay.ModePartitioned+"', changed_at = now(), changed_by = 'bench'; "+
+	_, err := pool.Exec(ctx, "UPDATE "+q+".relay_mode SET mode = '"+string(outbox.ModePartitioned)+"', changed_at = now(), changed_by = 'bench'; "+
 		"SELECT "+q+".messages_apply_mode()")
 	if err != nil {
-		return fmt.Errorf("put the scratch schema in %s mode: %w", relay.ModePartitioned, err)
+		return fmt.Errorf("put the scratch schema in %s mode: %w", outbox.ModePartitioned, err)
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/bench"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -52,7 +53,7 @@ func main() {
 		DatabaseURL: os.Getenv("DATABASE_URL"), NatsURL: os.Getenv("NATS_URL"), Schema: *schema,
 		Mode: *mode, N: *n, PayloadBytes: *payload, Rate: *rate, Timeout: 10 * time.Minute,
 		Producers: *producers, RowsPerTx: *rowsPerTx, Archived: *archived, NotDue: *notDue, ChosenKeys: *chosenKeys,
-		Burst: *burst, Relay: relay.Config{Notify: *notify, Partitioned: *partitioned},
+		Burst: *burst, Relay: relay.Config{Notify: *notify, Mode: map[bool]outbox.Mode{true: outbox.ModePartitioned}[*partitioned]},
 	}
 	counts, err := parseCounts(*replicas)
 	usage := func(msg string) {
@@ -194,8 +195,8 @@ func relayName(o bench.Options) string {
 	switch {
 	case o.Replicas > 1:
 		return fmt.Sprintf("outbox-relay (%s, %d replicas)", mode, o.Replicas)
-	case mode != relay.ModeUnordered:
-		return "outbox-relay (" + mode + ")"
+	case mode != outbox.ModeUnordered:
+		return "outbox-relay (" + string(mode) + ")"
 	}
 	return "outbox-relay"
 }
@@ -241,7 +242,7 @@ func summary(r bench.Result) string {
 	}
 	if shared, ok := r.Extra[bench.ExtraBucketsShared].(float64); ok {
 		s += fmt.Sprintf(", buckets shared after %.0f ms", shared)
-	} else if r.DeliveryMode == relay.ModePartitioned {
+	} else if r.DeliveryMode == outbox.ModePartitioned {
 		s += ", buckets not shared before the end"
 	}
 	return s

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/outbox-relay/outbox-relay/internal/bench"
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // The comparison of the relay's delivery modes (-modes): for each number of
@@ -44,7 +45,7 @@ func compareModes(ctx context.Context, o bench.Options, refloop string, counts [
 // ends the comparison.
 func modesRounds(ctx context.Context, o bench.Options, refloop string, rounds int, w io.Writer) (modesCell, error) {
 	unordered, partitioned := o, o
-	unordered.Relay.Partitioned, partitioned.Relay.Partitioned = false, true
+	unordered.Relay.Mode, partitioned.Relay.Mode = outbox.ModeUnordered, outbox.ModePartitioned
 	cell := modesCell{replicas: o.Replicas, workers: refloopWorkers(o)}
 	contenders := []struct {
 		name    string

@@ -3,12 +3,14 @@ package cli
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime/pprof"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/bench"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -48,7 +50,10 @@ func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	shape := bench.Options{Mode: *mode, Replicas: *replicas, Burst: *burst, Relay: relay.Config{Ordered: *ordered, Partitioned: *partitioned}}
+	shape := bench.Options{Mode: *mode, Replicas: *replicas, Burst: *burst, Relay: relay.Config{Mode: benchMode(*ordered, *partitioned)}}
+	if *ordered && *partitioned {
+		return usageError{errors.New("-ordered and -partitioned exclude each other: a schema runs one mode")}
+	}
 	if err := shape.Validate(); err != nil || *replicas < 1 {
 		return usageError{cmp.Or(err, fmt.Errorf("-replicas %d: want 1 to %d", *replicas, bench.MaxReplicas))}
 	}
@@ -64,7 +69,7 @@ func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
 			o.Progress = inv.Stderr // a progress line on a terminal, never in a log file
 		}
 	}
-	o.Relay = relay.Config{BatchSize: *batch, MaxInFlight: *inFlight, MaxInFlightBytes: *inFlightBytes, Ordered: *ordered, Partitioned: *partitioned, Notify: *notify}
+	o.Relay = relay.Config{BatchSize: *batch, MaxInFlight: *inFlight, MaxInFlightBytes: *inFlightBytes, Mode: shape.Relay.Mode, Notify: *notify}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -97,4 +102,16 @@ func benchOptions(inv *Invocation, schema string) (bench.Options, error) {
 	}
 	s := settingsOf(&c, inv.Version)
 	return bench.Options{DatabaseURL: c.DatabaseURL, NatsURL: c.NATS.URL, Schema: schema, Logger: newLogger(s, inv.Stderr)}, nil
+}
+
+// benchMode is the mode the bench command's -ordered and -partitioned ask
+// for (they exclude each other).
+func benchMode(ordered, partitioned bool) outbox.Mode {
+	switch {
+	case ordered:
+		return outbox.ModeOrdered
+	case partitioned:
+		return outbox.ModePartitioned
+	}
+	return outbox.ModeUnordered
 }

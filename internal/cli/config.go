@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 // config is the whole configuration, read from the environment only. Each
@@ -40,7 +39,7 @@ type config struct {
 	MaxInFlightBytes int64         `env:"RELAY_MAX_IN_FLIGHT_BYTES" envDefault:"67108864" doc:"Payload bytes of the rows claimed and not yet settled, over all sinks, before claiming pauses: the relay's memory follows it whatever the payload sizes (a row larger than it is still claimed, alone). Default 64 MiB." allowed:"an integer number of bytes of at least 65536"`
 	PollInterval     time.Duration `env:"RELAY_POLL_INTERVAL" envDefault:"50ms" doc:"Pause after a claim that found nothing (±20% jitter); a tenth of it after a claim that found some rows, so a steady stream is not held up; none after a full batch. An idle relay delivers within about this long of the commit." allowed:"a duration from 1ms to 1m, like 50ms"`
 	Lease            time.Duration `env:"RELAY_LEASE" envDefault:"30s" doc:"How long a claim holds its rows. Deliveries are cut off at 80% of it, and a request that could not finish by then is not started; an expired lease makes the rows claimable again." allowed:"a duration of at least 2s and at least 5/3 of every sink timeout (NATS_ACK_TIMEOUT, WEBHOOK_TIMEOUT, KAFKA_PRODUCE_TIMEOUT, RABBITMQ_CONFIRM_TIMEOUT)"`
-	Ordered          bool          `env:"RELAY_ORDERED" envDefault:"false" doc:"Per-key FIFO: at most one message per key in flight across all relays, each key delivered in insert (id) order; a failing message, its Retry-After included, holds up its own key only (until delivered or dead-lettered). Rows without a key are never held up. Every relay on a schema must run the same mode: one that disagrees with the relays alive refuses to start." allowed:"true or false"`
+	Ordered          bool          `env:"RELAY_ORDERED" envDefault:"false" doc:"The alias of RELAY_MODE=ordered, kept for the configurations that set it. Per-key FIFO: at most one message per key in flight across all relays, each key delivered in insert (id) order; a failing message, its Retry-After included, holds up its own key only (until delivered or dead-lettered). Rows without a key are never held up. Every relay on a schema must run the same mode: one that disagrees with the relays alive refuses to start." allowed:"true or false"`
 	Mode             string        `env:"RELAY_MODE" doc:"Delivery mode. unordered (the default): every relay claims any due row (SELECT … FOR UPDATE SKIP LOCKED). ordered: the same as RELAY_ORDERED=true. partitioned: the relays share 64 buckets (a row's bucket follows from its key, or its id when it has none), each bucket owned by one relay at a time, which alone claims and settles its rows, in per-key order, each key's next event sent as soon as the previous one is acknowledged; for many replicas and bursts on one timestamp (see When to graduate). Every relay on a schema must run the same mode and, in partitioned mode, the same RELAY_LEASE." allowed:"unordered, ordered or partitioned; unordered and partitioned are refused with RELAY_ORDERED=true"`
 	Notify           bool          `env:"RELAY_NOTIFY" envDefault:"false" doc:"Wake the relay when a row is inserted instead of waiting for its next poll: the relay LISTENs on a dedicated connection, and while it is alive every inserting statement sends one NOTIFY. Opt-in because NOTIFY serializes committing transactions (see Benchmarks for the measured cost); polling goes on, and takes over alone behind a transaction-pooling PgBouncer, where notifications cannot arrive (a warning says so)." allowed:"true or false"`
 	MaxAttempts      int           `env:"RELAY_MAX_ATTEMPTS" envDefault:"25" doc:"Deliveries of a row before it goes to the dead letters." allowed:"an integer from 1 to 1000"`
@@ -272,12 +271,10 @@ func (c *config) validate() error {
 	case c.DedupRetention < 0:
 		return c.refuse("RELAY_DEDUP_RETENTION", "negative")
 	}
-	switch c.Mode {
-	case "", relay.ModeUnordered, relay.ModeOrdered, relay.ModePartitioned:
-	default:
+	if c.Mode != "" && !slices.Contains(outbox.Modes, outbox.Mode(c.Mode)) {
 		return c.refuse("RELAY_MODE", "unknown mode")
 	}
-	if c.Ordered && c.Mode != "" && c.Mode != relay.ModeOrdered {
+	if c.Ordered && c.Mode != "" && outbox.Mode(c.Mode) != outbox.ModeOrdered {
 		return c.refuse("RELAY_MODE", "RELAY_ORDERED=true asks for ordered mode")
 	}
 	if c.CloudEvents != "" {
@@ -411,13 +408,14 @@ func orList(s []string) string {
 }
 
 // mode returns the delivery mode c asks for: RELAY_MODE, or ordered when
-// RELAY_ORDERED=true, or unordered.
-func (c *config) mode() string {
+// RELAY_ORDERED=true (its alias, kept for the configurations that use it),
+// or unordered.
+func (c *config) mode() outbox.Mode {
 	switch {
 	case c.Mode != "":
-		return c.Mode
+		return outbox.Mode(c.Mode)
 	case c.Ordered:
-		return relay.ModeOrdered
+		return outbox.ModeOrdered
 	}
-	return relay.ModeUnordered
+	return outbox.ModeUnordered
 }

@@ -101,7 +101,7 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 	err = r.Run(ctx)
 	var conflict *relay.ModeConflictError
 	if errors.As(err, &conflict) {
-		name, value := "RELAY_MODE", c.mode()
+		name, value := "RELAY_MODE", string(c.mode())
 		if c.Mode == "" {
 			name, value = "RELAY_ORDERED", strconv.FormatBool(c.Ordered)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/natstest"
 	"github.com/outbox-relay/outbox-relay/internal/tlstest"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/sinks/webhook"
 )
 
@@ -153,8 +154,8 @@ func TestSettings_DefaultsMatchTheEngine(t *testing.T) {
 	if s.Relay.DefaultSink != "nats" {
 		t.Errorf("DefaultSink = %q, want the only sink", s.Relay.DefaultSink)
 	}
-	if s.Relay.ArchiveRetention != 168*time.Hour || s.Relay.Ordered {
-		t.Errorf("ArchiveRetention = %s, Ordered = %v: want the documented defaults", s.Relay.ArchiveRetention, s.Relay.Ordered)
+	if s.Relay.ArchiveRetention != 168*time.Hour || s.Relay.Mode != outbox.ModeUnordered {
+		t.Errorf("ArchiveRetention = %s, Mode = %v: want the documented defaults", s.Relay.ArchiveRetention, s.Relay.Mode)
 	}
 	if s.HTTPAddr == "" || !s.Migrate {
 		t.Errorf("HTTPAddr %q, Migrate %v: want the defaults", s.HTTPAddr, s.Migrate)

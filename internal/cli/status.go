@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/admin"
 )
 
@@ -40,7 +41,7 @@ func cmdStatus(ctx context.Context, inv *Invocation, args []string) error {
 }
 
 func printStatus(w io.Writer, schema string, st *admin.StatusReport) {
-	ordered := st.Mode == "ordered"
+	ordered := st.Mode == outbox.ModeOrdered
 	fmt.Fprintf(w, "Schema %s at %s, mode %s (since %s)\n\n", schema, st.At.UTC().Format(time.RFC3339), st.Mode,
 		relTimeOr(&st.ModeChangedAt, st.At, "-"))
 	printRelays(w, st)
@@ -88,7 +89,7 @@ func printStatus(w io.Writer, schema string, st *admin.StatusReport) {
 	if ordered {
 		printBlockedKeys(w, st)
 	}
-	if st.Mode == "partitioned" {
+	if st.Mode == outbox.ModePartitioned {
 		printBuckets(w, st)
 	}
 

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // DefaultURL is the database used when TEST_DATABASE_URL is unset.
@@ -198,7 +199,7 @@ func (s *Schema) Exec(t testing.TB, sql string, args ...any) int64 {
 // SetMode records mode as the schema's delivery mode and enables the
 // insert triggers of that mode, as a relay that switches the mode does
 // (without its backfill of lanes: call it before inserting rows).
-func (s *Schema) SetMode(t testing.TB, mode string) {
+func (s *Schema) SetMode(t testing.TB, mode outbox.Mode) {
 	t.Helper()
 	s.Exec(t, `UPDATE %s.relay_mode SET mode = $1`, mode)
 	s.Exec(t, `SELECT %s.messages_apply_mode()`)

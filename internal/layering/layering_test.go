@@ -32,7 +32,7 @@ var allowed = []struct {
 	{"relay/admin", []string{"outbox"}},
 	{"internal/cli", []string{"relay", "relay/admin", "sinks", "sinks/...", "outbox", "migrations", "internal/bench"}},
 	{"internal/bench", []string{"relay", "sinks", "sinks/nats", "outbox", "migrations"}},
-	{"internal/benchcmp", []string{"internal/bench", "relay"}},
+	{"internal/benchcmp", []string{"internal/bench", "relay", "outbox"}},
 	{"internal/dbtest", []string{"migrations", "outbox"}},
 	{"internal/natstest", nil},
 	{"internal/kafkatest", nil},

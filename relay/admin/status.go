@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // Defaults for StatusOptions.
@@ -48,9 +50,9 @@ type StatusReport struct {
 	At time.Time `json:"at"`
 	// Mode is the delivery mode of the schema's relays (unordered,
 	// ordered, partitioned), ModeChangedAt when it was last switched and by which relay.
-	Mode          string    `json:"mode"`
-	ModeChangedAt time.Time `json:"mode_changed_at"`
-	ModeChangedBy string    `json:"mode_changed_by,omitempty"`
+	Mode          outbox.Mode `json:"mode"`
+	ModeChangedAt time.Time   `json:"mode_changed_at"`
+	ModeChangedBy string      `json:"mode_changed_by,omitempty"`
 	// Relays lists the relays registered on the schema, alive ones first.
 	Relays []RelayStatus `json:"relays"`
 	// BlockedKeys lists, in ordered mode, the keys held up by a failing
@@ -121,11 +123,11 @@ type MinuteCount struct {
 
 // RelayStatus is a relay registered on the schema.
 type RelayStatus struct {
-	ID        string    `json:"id"`
-	Version   string    `json:"version"`
-	Mode      string    `json:"mode"`
-	StartedAt time.Time `json:"started_at"`
-	LastSeen  time.Time `json:"last_seen"`
+	ID        string      `json:"id"`
+	Version   string      `json:"version"`
+	Mode      outbox.Mode `json:"mode"`
+	StartedAt time.Time   `json:"started_at"`
+	LastSeen  time.Time   `json:"last_seen"`
 	// Alive is set when the relay was seen within 30 seconds (it records a
 	// heartbeat every 10).
 	Alive bool `json:"alive"`
@@ -259,7 +261,7 @@ func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, 
 		if err := tx.QueryRow(ctx, a.sql(queryRelayMode)).Scan(&st.Mode, &st.ModeChangedAt, &st.ModeChangedBy); err != nil {
 			return fmt.Errorf("read the schema's mode: %w", err)
 		}
-		ordered := st.Mode == "ordered"
+		ordered := st.Mode == outbox.ModeOrdered
 		b := &pgx.Batch{}
 		b.Queue(a.sql(queryRelaysStatus), relayAliveFor).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -303,7 +305,7 @@ func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, 
 				return rows.Err()
 			})
 		}
-		if st.Mode == "partitioned" {
+		if st.Mode == outbox.ModePartitioned {
 			b.Queue(a.sql(queryBucketOwners)).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
 					var o BucketOwner
