@@ -1,6 +1,10 @@
 package relay
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // checkAutovacuum warns once when the server does not vacuum the hot table
 // by itself: every delivered row leaves a dead tuple and dead index entries
@@ -11,7 +15,7 @@ import "context"
 // false), which a DBA may have set for a bulk load and forgotten.
 func (r *Relay) checkAutovacuum(ctx context.Context) {
 	var server, table bool
-	if err := r.pool.QueryRow(ctx, r.q.autovacuum, r.cfg.Schema).Scan(&server, &table); err != nil {
+	if err := r.pool.QueryRow(ctx, r.q.autovacuum, pgx.StrictNamedArgs{"schema_name": r.cfg.Schema}).Scan(&server, &table); err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("check autovacuum", "err", err)
 		}

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
@@ -33,15 +32,16 @@ type claimed struct {
 	// unreadable, when set, says why the relay could not read the row: it
 	// is dead-lettered without being sent.
 	unreadable string
-	// bucket is the row's bucket, and epoch, in partitioned mode, the
-	// epoch under which this relay owned it when it claimed the row.
+	// bucket is the row's bucket (0 where rows are not claimed by bucket),
+	// and epoch the epoch under which this relay owned it when it claimed
+	// the row: the settle's fence.
 	bucket int32
 	epoch  int64
 }
 
-// heldKey is a key a claim reports without claiming its rows: in ordered
-// mode a lane found empty, in partitioned mode a key whose older row is
-// elsewhere (in flight, backing off) until about until.
+// heldKey is a key a claim reports without claiming its rows: a lane found
+// empty (queryLanesClaim), or a key whose older row is elsewhere (in
+// flight, backing off) until about until (queryBucketsClaim).
 type heldKey struct {
 	key   string
 	until time.Time
@@ -51,42 +51,31 @@ type heldKey struct {
 // begins.
 const claimShutdownGrace = time.Second
 
-// claimer is one claim loop: the statement it runs and what wakes it early
-// from a pause.
+// claimer is one claim loop: the claim it makes and what wakes it early
+// from a pause. A mode says which loops run (mode.claimers).
 type claimer struct {
 	// what names the rows it claims, for logs.
 	what  string
-	claim func(ctx context.Context, limit int, bytes int64, oversized bool, exclude []string) ([]claimed, error)
+	claim func(ctx context.Context, req claimRequest) ([]claimed, error)
 	// wake, when set, ends a pause at once: a settle made rows claimable.
 	wake <-chan struct{}
 	// batch, when set, is the most rows per claim; else BatchSize.
 	batch int
-	// eager makes an empty claim wait eagerPause, not PollInterval, while
-	// the loop found rows within the last PollInterval.
-	eager bool
+	// eagerPause, when set, is how long an empty claim waits, rather than
+	// PollInterval, while the loop found rows within the last PollInterval.
+	eagerPause func() time.Duration
 }
 
-// claimers returns the claim loops. Two run, so that while one waits for its
-// statement the other can claim: in ordered mode one claims the heads of
-// keys through their lanes and the other the rows without a key, which are
-// never held up by keys; in partitioned mode both claim from the owned
-// buckets; otherwise both claim any due row.
-func (r *Relay) claimers() []claimer {
-	if r.cfg.Mode == outbox.ModeOrdered {
-		heads := claimer{what: "heads of keys", claim: r.claimLanes, wake: r.keyedWake, batch: max(r.cfg.BatchSize/4, 1)}
-		return []claimer{heads, heads, {what: "rows without a key", claim: r.claim}}
-	}
-	if r.cfg.Mode == outbox.ModePartitioned {
-		// Each relay sees only its buckets' part of a stream, which a
-		// claim often finds empty while the stream goes on: one loop
-		// looks again soon (eagerPause) until a whole poll interval
-		// has passed without rows, as a loop of the other modes does
-		// while it finds rows. The other helps with backlogs.
-		lead := r.bucketClaimer()
-		lead.eager = true
-		return []claimer{lead, r.bucketClaimer()}
-	}
-	return []claimer{{what: "rows", claim: r.claim}, {what: "rows", claim: r.claim}}
+// claimRequest is what one claim may take.
+type claimRequest struct {
+	// limit is the most rows.
+	limit int
+	// bytes is the most payload bytes, but for one row larger than that
+	// when oversized (the relay holds no payload at all).
+	bytes     int64
+	oversized bool
+	// closed are the sinks whose rows must not be claimed now.
+	closed []string
 }
 
 // claimLoop claims batches with c and starts their deliveries until ctx
@@ -124,7 +113,7 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 		// begins, so that a hung database cannot hold the shutdown.
 		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/4)
 		cutOff := context.AfterFunc(ctx, func() { time.AfterFunc(claimShutdownGrace, cancel) })
-		batch, err := c.claim(claimCtx, limit, bytes, oversized, closed)
+		batch, err := c.claim(claimCtx, claimRequest{limit: limit, bytes: bytes, oversized: oversized, closed: closed})
 		cutOff()
 		cancel()
 		used := map[string]int{}
@@ -173,8 +162,8 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 			// Rows are arriving: look again soon, so that a steady
 			// stream is not delayed by a whole poll interval.
 			pause(ctx, jittered(r.cfg.PollInterval/10), c.wake, notified)
-		case c.eager && time.Since(lastRows) < r.cfg.PollInterval:
-			pause(ctx, jittered(r.eagerPause()), c.wake, notified)
+		case c.eagerPause != nil && time.Since(lastRows) < r.cfg.PollInterval:
+			pause(ctx, jittered(c.eagerPause()), c.wake, notified)
 		default:
 			pause(ctx, jittered(r.cfg.PollInterval), c.wake, notified)
 		}
@@ -208,55 +197,47 @@ func (r *Relay) sinkStates() (closed, open []string) {
 	return closed, open
 }
 
-// claim leases up to limit due rows whose sink is not in exclude, with
-// payloads of at most bytes in all (the first row whatever its size when
-// oversized), and returns them in
-// insert order. In ordered mode it takes only rows without a key.
-func (r *Relay) claim(ctx context.Context, limit int, bytes int64, oversized bool, exclude []string) ([]claimed, error) {
-	start := time.Now()
-	rows, err := r.pool.Query(ctx, r.q.claim, planPerExecution, r.cfg.ID, r.cfg.DefaultSink, exclude, limit, r.cfg.Lease, bytes, oversized)
-	if err != nil {
-		return nil, fmt.Errorf("claim batch: %w", err)
+// claimWith returns a claim that runs stmt, a rendering of
+// queryMessagesClaim: it leases up to the request's limit of due rows
+// whose sink is not closed, within its byte budget, and returns them in
+// insert order.
+func (r *Relay) claimWith(stmt string) func(ctx context.Context, req claimRequest) ([]claimed, error) {
+	return func(ctx context.Context, req claimRequest) ([]claimed, error) {
+		batch, _, err := r.claimRows(ctx, stmt, r.claimArgs(req), req.limit, "claim batch")
+		return batch, err
 	}
-	batch, _, err := r.readClaimed(rows, limit)
-	if err != nil {
-		return nil, err
-	}
-	r.observeClaim(start, batch)
-	return batch, nil
 }
 
-// claimLanes, in ordered mode, leases the heads of up to limit due lanes
-// whose sink is not in exclude (queryLanesClaim), then prunes the lanes it
-// found empty.
-func (r *Relay) claimLanes(ctx context.Context, limit int, bytes int64, oversized bool, exclude []string) ([]claimed, error) {
+// claimArgs returns the arguments every claim statement takes, for req.
+func (r *Relay) claimArgs(req claimRequest) pgx.StrictNamedArgs {
+	return pgx.StrictNamedArgs{
+		"relay_id":     r.cfg.ID,
+		"default_sink": r.cfg.DefaultSink,
+		"closed_sinks": req.closed,
+		"limit":        req.limit,
+		"lease":        r.cfg.Lease,
+		"byte_budget":  req.bytes,
+		"oversized":    req.oversized,
+	}
+}
+
+// claimRows runs the claim statement stmt with args and returns the rows
+// it leased (readClaimed) and the keys it reports without claiming their
+// rows, and records the claim (observeClaim). A failed statement is
+// reported as what failed.
+func (r *Relay) claimRows(ctx context.Context, stmt string, args pgx.StrictNamedArgs, limit int, what string) ([]claimed, []heldKey, error) {
 	start := time.Now()
-	rows, err := r.pool.Query(ctx, r.q.claimLanes, planPerExecution, r.cfg.ID, r.cfg.DefaultSink, exclude, limit, r.cfg.Lease, laneRecheck, bytes, oversized)
+	rows, err := r.pool.Query(ctx, stmt, planPerExecution, args)
 	if err != nil {
-		return nil, fmt.Errorf("claim heads of keys: %w", err)
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
 	}
 	batch, held, err := r.readClaimed(rows, limit)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.observeClaim(start, batch)
-	if len(held) > 0 {
-		empty := make([]string, len(held))
-		for i := range held {
-			empty[i] = held[i].key
-		}
-		// The rows are leased already: a failed prune only leaves the
-		// lanes for a later claim to find empty again.
-		if _, err := r.pool.Exec(ctx, r.q.pruneLanes, empty); err != nil {
-			r.log.Warn("prune empty lanes", "num_lanes", len(empty), "err", err)
-		}
-	}
-	return batch, nil
+	return batch, held, nil
 }
-
-// laneRecheck is how long a lane whose head's sink is closed waits before a
-// claim looks at it again.
-const laneRecheck = time.Second
 
 // createdAtColumn is where a claim statement returns created_at.
 const createdAtColumn = 7
@@ -264,7 +245,8 @@ const createdAtColumn = 7
 // readClaimed reads the rows of a claim statement. A row whose first column
 // is NULL reports a key whose rows were not claimed (a lane without rows
 // left, queryLanesClaim; a key held back, queryBucketsClaim): its last
-// column is the key, its created_at column when to look at it again.
+// column is the key, its created_at column, when set, when to look at it
+// again.
 func (r *Relay) readClaimed(rows pgx.Rows, limit int) (batch []claimed, held []heldKey, err error) {
 	defer rows.Close()
 	batch = make([]claimed, 0, limit)

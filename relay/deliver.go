@@ -14,14 +14,33 @@ import (
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
-// deliver hands batch (rows for one sink) to that sink and passes the
-// outcomes to the settlers as they come: outcomes decided without sending
-// first, then those of the sink, in groups as a streaming sink reports them.
-// Deliveries end by deadline, before the lease does. Messages the sink did
-// not attempt (it paused, lost its connection) stay with this delivery and
-// are sent again once the sink is available, while the deadline allows:
-// only those left then are released, each costing a row update. When ctx
-// ends first (shutdown), unfinished rows are released.
+// delivery is one sink's share of a claimed batch on its way: the messages
+// and the tags of the claims that leased them, the sink, the deadline
+// (before the lease ends), and where its failures and outcomes go. A mode
+// sends it all at once (all) or in waves (each, with observe set).
+type delivery struct {
+	r        *Relay
+	name     string
+	sink     sinks.Sink
+	msgs     []sinks.Message
+	tags     []claimTag
+	deadline time.Time
+	failures *failureLog
+	watch    *sinkWatch
+	// observe, when set, learns the kind of every outcome, by message
+	// index.
+	observe func(i int, k outcomeKind)
+}
+
+// deliver hands batch (rows for one sink) to that sink through the mode
+// and passes the outcomes to the settlers as they come: outcomes decided
+// without sending first, then those of the sink, in groups as a streaming
+// sink reports them. Deliveries end by deadline, before the lease does.
+// Messages the sink did not attempt (it paused, lost its connection) stay
+// with this delivery and are sent again once the sink is available, while
+// the deadline allows: only those left then are released, each costing a
+// row update. When ctx ends first (shutdown), unfinished rows are
+// released.
 func (r *Relay) deliver(ctx context.Context, name string, batch []claimed, deadline time.Time) {
 	defer r.deliveries.Done()
 	decided, msgs, tags := r.triage(name, batch)
@@ -31,35 +50,35 @@ func (r *Relay) deliver(ctx context.Context, name string, batch []claimed, deadl
 	if len(msgs) == 0 {
 		return
 	}
-	if r.cfg.Mode == outbox.ModePartitioned {
-		r.deliverInKeyOrder(ctx, name, msgs, tags, deadline)
-		return
-	}
-	pending := make([]int, len(msgs))
+	r.mode.deliver(ctx, &delivery{
+		r: r, name: name, sink: r.cfg.Sinks[name], msgs: msgs, tags: tags, deadline: deadline,
+		failures: r.failures.of(name), watch: r.watches[name],
+	})
+}
+
+// all sends every message of d as one delivery.
+func (d *delivery) all(ctx context.Context) {
+	pending := make([]int, len(d.msgs))
 	for i := range pending {
 		pending[i] = i
 	}
-	r.deliverEach(ctx, name, msgs, tags, pending, deadline, nil)
+	d.each(ctx, pending)
 }
 
-// deliverEach sends the messages at indexes pending to sink name, as one
-// delivery, and passes every outcome to the settlers (observe, when set,
-// learns each one's kind as well). Messages the sink did not attempt are
-// sent again once it is available, while deadline allows, and released
+// each sends the messages at indexes pending as one delivery and passes
+// every outcome to the settlers. Messages the sink did not attempt are sent
+// again once it is available, while the deadline allows, and released
 // otherwise.
-func (r *Relay) deliverEach(ctx context.Context, name string, msgs []sinks.Message, tags []claimTag, pending []int,
-	deadline time.Time, observe func(i int, k outcomeKind)) {
-	sink := r.cfg.Sinks[name]
-	failures := r.failures.of(name)
+func (d *delivery) each(ctx context.Context, pending []int) {
 	for {
-		dctx, cancel := context.WithDeadline(ctx, deadline)
-		notAttempted := r.send(dctx, ctx, name, sink, msgs, tags, pending, failures, observe)
+		dctx, cancel := context.WithDeadline(ctx, d.deadline)
+		notAttempted := d.send(dctx, ctx, pending)
 		cancel()
 		if len(notAttempted) == 0 {
 			return
 		}
-		if ctx.Err() != nil || !r.waitAvailable(ctx, sink, deadline) {
-			r.release(ctx, name, msgs, tags, notAttempted, r.releaseDelay(ctx), observe)
+		if ctx.Err() != nil || !d.waitAvailable(ctx) {
+			d.release(notAttempted, d.r.releaseDelay(ctx))
 			return
 		}
 		pending = notAttempted
@@ -68,21 +87,20 @@ func (r *Relay) deliverEach(ctx context.Context, name string, msgs []sinks.Messa
 
 // release gives the messages at indexes back without a delivery (their
 // attempt does not count): due again after delay.
-func (r *Relay) release(ctx context.Context, name string, msgs []sinks.Message, tags []claimTag, indexes []int,
-	delay time.Duration, observe func(i int, k outcomeKind)) {
+func (d *delivery) release(indexes []int, delay time.Duration) {
 	if len(indexes) == 0 {
 		return
 	}
 	out := make([]outcome, 0, len(indexes))
 	for _, i := range indexes {
-		o := newOutcome(&msgs[i], tags[i], name)
+		o := newOutcome(&d.msgs[i], d.tags[i], d.name)
 		o.kind, o.delay = kindRelease, delay
 		out = append(out, o)
-		if observe != nil {
-			observe(i, kindRelease)
+		if d.observe != nil {
+			d.observe(i, kindRelease)
 		}
 	}
-	r.settleCh <- out
+	d.r.settleCh <- out
 }
 
 // triage decides the rows that are not sent (no sink, unreadable, past
@@ -133,18 +151,17 @@ const (
 	settleEvery = 5 * time.Millisecond
 )
 
-// send delivers the messages at indexes pending through sink and passes
-// their outcomes to the settlers (and to observe, when set), except those
-// the sink did not attempt (while the relay is not shutting down), whose
-// indexes it returns.
-func (r *Relay) send(dctx, ctx context.Context, name string, sink sinks.Sink, msgs []sinks.Message, tags []claimTag,
-	pending []int, failures *failureLog, observe func(i int, k outcomeKind)) (notAttempted []int) {
+// send delivers the messages at indexes pending through the sink, within
+// dctx, and passes their outcomes to the settlers, except those the sink
+// did not attempt (while ctx, the relay's, has not ended), whose indexes it
+// returns.
+func (d *delivery) send(dctx, ctx context.Context, pending []int) (notAttempted []int) {
+	r := d.r
 	sub := make([]sinks.Message, len(pending))
 	for j, i := range pending {
-		sub[j] = msgs[i]
+		sub[j] = d.msgs[i]
 	}
-	latency := r.metrics.DeliveryLatency.WithLabelValues(name)
-	watch := r.watches[name]
+	latency := r.metrics.DeliveryLatency.WithLabelValues(d.name)
 	start := time.Now()
 
 	var mu sync.Mutex
@@ -165,23 +182,23 @@ func (r *Relay) send(dctx, ctx context.Context, name string, sink sinks.Sink, ms
 			notAttempted = append(notAttempted, i)
 			return
 		}
-		o := r.outcomeOf(&msgs[i], tags[i], name, err, ctx.Err() != nil)
-		if observe != nil {
-			observe(i, o.kind)
+		o := r.outcomeOf(&d.msgs[i], d.tags[i], d.name, err, ctx.Err() != nil)
+		if d.observe != nil {
+			d.observe(i, o.kind)
 		}
 		now := time.Now()
 		switch o.kind {
 		case kindDelivered:
-			latency.Observe(now.Sub(msgs[i].CreatedAt).Seconds())
-			if d := watch.delivered(now); d > 0 {
-				r.log.Info("sink delivers again", "sink", name, "delivered_nothing_for", d.Round(time.Second))
+			latency.Observe(now.Sub(d.msgs[i].CreatedAt).Seconds())
+			if gap := d.watch.delivered(now); gap > 0 {
+				r.log.Info("sink delivers again", "sink", d.name, "delivered_nothing_for", gap.Round(time.Second))
 			}
 		case kindRelease:
 		default:
-			failures.add(&msgs[i], o, false)
+			d.failures.add(&d.msgs[i], o, false)
 			if o.kind == kindRetry {
-				if msg, attrs := watch.failed(now, o.err); msg != "" {
-					r.log.Error(msg, append([]any{"sink", name}, attrs...)...)
+				if msg, attrs := d.watch.failed(now, o.err); msg != "" {
+					r.log.Error(msg, append([]any{"sink", d.name}, attrs...)...)
 				}
 			}
 		}
@@ -190,7 +207,7 @@ func (r *Relay) send(dctx, ctx context.Context, name string, sink sinks.Sink, ms
 			flush()
 		}
 	}
-	if s, ok := sink.(sinks.Streamer); ok {
+	if s, ok := d.sink.(sinks.Streamer); ok {
 		stop := make(chan struct{})
 		go func() {
 			t := time.NewTicker(settleEvery)
@@ -209,9 +226,9 @@ func (r *Relay) send(dctx, ctx context.Context, name string, sink sinks.Sink, ms
 		s.DeliverStream(dctx, sub, report)
 		close(stop)
 	} else {
-		errs := sink.Deliver(dctx, sub)
+		errs := d.sink.Deliver(dctx, sub)
 		if len(errs) != len(sub) {
-			err := fmt.Errorf("sink %s returned %d outcomes for %d messages", name, len(errs), len(sub))
+			err := fmt.Errorf("sink %s returned %d outcomes for %d messages", d.name, len(errs), len(sub))
 			errs = sinks.Fill(make([]error, len(sub)), err)
 		}
 		for j, err := range errs {
@@ -223,10 +240,10 @@ func (r *Relay) send(dctx, ctx context.Context, name string, sink sinks.Sink, ms
 	if reported != len(sub) {
 		// A streaming sink that broke its contract: the rest come back
 		// when their leases expire.
-		r.log.Error("sink reported fewer outcomes than messages", "sink", name, "num_reported", reported, "num_messages", len(sub))
+		r.log.Error("sink reported fewer outcomes than messages", "sink", d.name, "num_reported", reported, "num_messages", len(sub))
 	}
 	flush()
-	r.metrics.DeliverDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	r.metrics.DeliverDuration.WithLabelValues(d.name).Observe(time.Since(start).Seconds())
 	return notAttempted
 }
 
@@ -235,18 +252,18 @@ func (r *Relay) send(dctx, ctx context.Context, name string, sink sinks.Sink, ms
 // releasing the rows it did not attempt.
 const notAttemptedRetryMin = 2 * time.Second
 
-// waitAvailable waits, when sink did not attempt messages because it is
+// waitAvailable waits, when the sink did not attempt messages because it is
 // unavailable (paused, disconnected), until it is available again, polling,
-// and reports whether it is, with time enough before deadline to send. A
-// sink that did not attempt messages while available (out of time before
+// and reports whether it is, with time enough before the deadline to send.
+// A sink that did not attempt messages while available (out of time before
 // its deadline) is not asked again.
-func (r *Relay) waitAvailable(ctx context.Context, sink sinks.Sink, deadline time.Time) bool {
-	a, ok := sink.(sinks.Availability)
+func (d *delivery) waitAvailable(ctx context.Context) bool {
+	a, ok := d.sink.(sinks.Availability)
 	if !ok || a.Available() == nil {
 		return false
 	}
 	for {
-		if time.Until(deadline) < notAttemptedRetryMin {
+		if time.Until(d.deadline) < notAttemptedRetryMin {
 			return false
 		}
 		if a.Available() == nil {
@@ -255,7 +272,7 @@ func (r *Relay) waitAvailable(ctx context.Context, sink sinks.Sink, deadline tim
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(min(r.cfg.PollInterval, 50*time.Millisecond)):
+		case <-time.After(min(d.r.cfg.PollInterval, 50*time.Millisecond)):
 		}
 	}
 }

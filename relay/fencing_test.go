@@ -30,9 +30,10 @@ func TestSettle_ARetriedReleaseCannotEndANewerLease(t *testing.T) {
 		return r
 	}
 	a, b := newRelay("relay-a"), newRelay("relay-b")
+	all := claimRequest{limit: 10, bytes: 1 << 30, oversized: true, closed: []string{}}
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload) VALUES ('t', 'x')`)
 
-	claimedByA, err := a.claim(ctx, 10, 1<<30, true, []string{})
+	claimedByA, err := a.mode.claimers()[0].claim(ctx, all)
 	if err != nil || len(claimedByA) != 1 {
 		t.Fatalf("relay A claimed %d rows, %v", len(claimedByA), err)
 	}
@@ -40,7 +41,7 @@ func TestSettle_ARetriedReleaseCannotEndANewerLease(t *testing.T) {
 	if err := a.settle(ctx, release); err != nil {
 		t.Fatal(err)
 	}
-	claimedByB, err := b.claim(ctx, 10, 1<<30, true, []string{})
+	claimedByB, err := b.mode.claimers()[0].claim(ctx, all)
 	if err != nil || len(claimedByB) != 1 {
 		t.Fatalf("relay B claimed %d rows, %v", len(claimedByB), err)
 	}

@@ -1,55 +1,68 @@
 package relay
 
-import "github.com/outbox-relay/outbox-relay/outbox"
+import (
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/internal/buckets"
+	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
+)
 
 // goldenStatements returns, by directory under testdata/, the statements
-// the relay runs for the schema "outbox".
+// the relay runs for the schema "outbox", as each mode renders them.
 func goldenStatements() map[string]map[string]string {
-	u, o, p := renderQueries("outbox", outbox.ModeUnordered), renderQueries("outbox", outbox.ModeOrdered), renderQueries("outbox", outbox.ModePartitioned)
+	relayIn := func(m outbox.Mode) *Relay {
+		r, err := New(nil, Config{Mode: m, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}})
+		if err != nil {
+			panic(err)
+		}
+		return r
+	}
+	u := relayIn(outbox.ModeUnordered).mode.(*unordered)
+	o := relayIn(outbox.ModeOrdered).mode.(*ordered)
+	p := relayIn(outbox.ModePartitioned).mode.(*partitioned)
+	q := relayIn(outbox.ModeUnordered).q
+	partitioned := map[string]string{
+		"claim":           p.claims[0],
+		"claim_held_keys": p.claims[1],
+		"settle":          p.settle.settle,
+		"archive_only":    p.settle.archiveOnly,
+	}
+	for name, sql := range buckets.Statements(outbox.QuoteSchema("outbox")) {
+		partitioned[name] = sql
+	}
 	return map[string]map[string]string{
 		"unordered": {
 			"claim":        u.claim,
-			"settle":       u.settle,
-			"archive_only": u.archiveOnly,
+			"settle":       u.settle.settle,
+			"archive_only": u.settle.archiveOnly,
 		},
 		"ordered": {
-			"claim_unkeyed":  o.claim,
+			"claim_unkeyed":  o.claimUnkeyed,
 			"claim_lanes":    o.claimLanes,
-			"settle":         o.settle,
+			"settle":         o.settle.settle,
 			"lanes_prune":    o.pruneLanes,
 			"lanes_repair":   o.repairLanes,
-			"lanes_backfill": o.backfillLanes,
-			"lanes_clear":    o.clearLanes,
-			"gauge_backlog":  o.orderedBacklog,
-			"gauge_keys":     o.orderedKeys,
+			"lanes_backfill": switchStatements("outbox", outbox.ModeUnordered, outbox.ModeOrdered)[0],
+			"lanes_clear":    switchStatements("outbox", outbox.ModeOrdered, outbox.ModeUnordered)[0],
+			"gauge_backlog":  o.backlog,
+			"gauge_keys":     o.blocked,
 		},
-		"partitioned": {
-			"claim":           p.claimBuckets[0],
-			"claim_held_keys": p.claimBuckets[1],
-			"settle":          p.settle,
-			"archive_only":    p.archiveOnly,
-			"buckets_lock":    queryBucketsLock,
-			"buckets_renew":   p.bucketsRenew,
-			"buckets_live":    p.bucketsLive,
-			"buckets_acquire": p.bucketsAcquire,
-			"buckets_release": p.bucketsRelease,
-			"buckets_reset":   p.bucketsReset,
-		},
+		"partitioned": partitioned,
 		"shared": {
-			"mode_lock":              queryModeLock,
-			"mode_read":              u.modeRead,
-			"mode_switch":            u.modeSwitch,
-			"mode_switch_lock":       u.modeSwitchLock,
-			"mode_apply":             u.applyMode,
-			"relays_heartbeat":       u.relaysHeartbeat,
-			"relays_restart":         u.relaysRestart,
-			"relays_leave":           u.relaysLeave,
-			"relays_forget":          u.relaysForget,
-			"archive_delete_expired": u.deleteExpiredArchive,
-			"keys_delete_expired":    u.deleteExpiredKeys,
-			"gauge_backlog":          u.backlog,
-			"gauge_table_health":     u.tableHealth,
-			"autovacuum":             u.autovacuum,
+			"mode_lock":              q.modeLock,
+			"mode_read":              q.modeRead,
+			"mode_switch":            q.modeSwitch,
+			"mode_switch_lock":       q.modeSwitchLock,
+			"mode_apply":             q.modeApply,
+			"relays_heartbeat":       q.relaysHeartbeat,
+			"relays_restart":         q.relaysRestart,
+			"relays_leave":           q.relaysLeave,
+			"relays_forget":          q.relaysForget,
+			"archive_delete_expired": q.deleteExpiredArchive,
+			"keys_delete_expired":    q.deleteExpiredKeys,
+			"gauge_backlog":          q.backlog,
+			"gauge_table_health":     q.tableHealth,
+			"autovacuum":             q.autovacuum,
 		},
 	}
 }

@@ -1,11 +1,14 @@
 package relay
 
 import (
+	"reflect"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metrics are the relay's Prometheus collectors, all prefixed outbox_relay_.
-// Register them with Register; a Relay updates them as it runs.
+// Register them with Register; a Relay updates them as it runs. Every field
+// is a collector: Register adds them all.
 type Metrics struct {
 	Messages        *prometheus.CounterVec
 	ClaimDuration   prometheus.Histogram
@@ -161,16 +164,27 @@ func NewMetrics() *Metrics {
 
 // Register adds every collector to reg.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{
-		m.Messages, m.ClaimDuration, m.ClaimRows, m.ClaimErrors, m.LeaseRescues, m.LeaseLost,
-		m.InFlight, m.DeliveryLatency, m.DeliverDuration, m.SettleDuration, m.SettleErrors,
-		m.SinkAvailable, m.Backlog, m.OldestDueAge, m.InBackoff, m.DeadLetters, m.HotTableDeadTuples,
-		m.LockWaits, m.StatsErrors, m.RetentionDeleted, m.BlockedKeys, m.WaitingOnKey, m.LanesRepaired,
-		m.BucketsOwned, m.BucketChanges, m.BucketHandovers,
-	} {
-		if err := reg.Register(c); err != nil {
+	v := reflect.ValueOf(m).Elem()
+	for i := range v.NumField() {
+		if err := reg.Register(v.Field(i).Interface().(prometheus.Collector)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// exportSeries creates the series a relay with sinks reports before it has
+// anything to count, so that rates and alerts work before the first event.
+func (m *Metrics) exportSeries(sinks []string) {
+	for _, name := range sinks {
+		for _, o := range outcomeLabels {
+			m.Messages.WithLabelValues(name, o)
+		}
+		m.InFlight.WithLabelValues(name)
+		m.Backlog.WithLabelValues(name)
+	}
+	m.Backlog.WithLabelValues(unknownSink)
+	for _, table := range []string{"archive", "delivered_keys"} {
+		m.RetentionDeleted.WithLabelValues(table)
+	}
 }

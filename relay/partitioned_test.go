@@ -255,7 +255,7 @@ func TestRelay_PartitionedModeARelayFrozenMidRoundDoesNotStopTheOthers(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(t.Context(), relay.QueryBucketsLock, "400", "outbox-relay:buckets:"+b.db.Name); err != nil {
+	if err := relay.LockBucketsRound(t.Context(), tx, b.db.Name, 400*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(t.Context(), "UPDATE "+b.db.Table("buckets")+" SET lease_until = lease_until WHERE bucket = 0"); err != nil {

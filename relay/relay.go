@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // settleGrace is how long settling may go on after the drain timeout at
@@ -32,13 +30,15 @@ type Relay struct {
 	log     *slog.Logger
 	metrics *Metrics
 
+	// mode is what the delivery mode decides (modes.go), and settleSQL its
+	// settle statements.
+	mode      mode
+	settleSQL settleStatements
+
 	inflight   *inFlight
 	draining   atomic.Bool
 	deliveries sync.WaitGroup
 	settleCh   chan []outcome
-	// keyedWake wakes the ordered mode's lane claimer after a settle: a
-	// key's next row is claimable as soon as its head is settled.
-	keyedWake chan struct{}
 	// claimHealth records, per claim loop, since when its claims fail.
 	claimHealth []claimHealth
 	// watches follow each sink's availability and deliveries (watch.go).
@@ -49,10 +49,6 @@ type Relay struct {
 	// failures gathers each sink's failed deliveries for the log
 	// (failureLogLoop).
 	failures failureLogs
-	// buckets and bucketTimes are partitioned mode's (buckets.go).
-	buckets     *buckets
-	bucketTimes bucketTimes
-	relaysAlive atomic.Int64 // sharing the buckets, at the last round
 }
 
 // New returns a relay over pool, which must reach a database migrated by
@@ -62,39 +58,21 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("relay config: %w", err)
 	}
-	// Export every series from the start, so that rates and alerts work
-	// before the first event.
-	for name := range cfg.Sinks {
-		for _, o := range outcomeLabels {
-			cfg.Metrics.Messages.WithLabelValues(name, o)
-		}
-		cfg.Metrics.InFlight.WithLabelValues(name)
-		cfg.Metrics.Backlog.WithLabelValues(name)
-	}
-	cfg.Metrics.Backlog.WithLabelValues(unknownSink)
-	for _, table := range []string{"archive", "delivered_keys"} {
-		cfg.Metrics.RetentionDeleted.WithLabelValues(table)
-	}
-	if cfg.Mode == outbox.ModePartitioned {
-		for _, change := range []string{"acquired", "released", "lost"} {
-			cfg.Metrics.BucketChanges.WithLabelValues(change)
-		}
-	}
+	cfg.Metrics.exportSeries(slices.Collect(maps.Keys(cfg.Sinks)))
 	r := &Relay{
-		cfg:       cfg,
-		pool:      pool,
-		q:         renderQueries(cfg.Schema, cfg.Mode),
-		log:       cfg.Logger.With("relay_id", cfg.ID),
-		metrics:   cfg.Metrics,
-		inflight:  newInFlight(cfg.MaxInFlight, cfg.MaxInFlightBytes),
-		settleCh:  make(chan []outcome, 64),
-		keyedWake: make(chan struct{}, 1),
-		notified:  newBroadcast(),
-		failures:  failureLogs{bySink: map[string]*failureLog{}},
-		buckets:   newBuckets(),
+		cfg:      cfg,
+		pool:     pool,
+		q:        renderQueries(cfg.Schema),
+		log:      cfg.Logger.With("relay_id", cfg.ID),
+		metrics:  cfg.Metrics,
+		inflight: newInFlight(cfg.MaxInFlight, cfg.MaxInFlightBytes),
+		settleCh: make(chan []outcome, 64),
+		notified: newBroadcast(),
+		failures: failureLogs{bySink: map[string]*failureLog{}},
 	}
-	r.bucketTimes = timesFor(cfg.Lease)
-	r.claimHealth = make([]claimHealth, len(r.claimers()))
+	r.mode = newMode(r)
+	r.settleSQL = r.mode.settleStatements()
+	r.claimHealth = make([]claimHealth, len(r.mode.claimers()))
 	r.watches = make(map[string]*sinkWatch, len(cfg.Sinks))
 	for name := range cfg.Sinks {
 		r.watches[name] = &sinkWatch{stallAfter: cfg.StallAfter, lastSuccess: time.Now()}
@@ -131,13 +109,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	for range settlers {
 		settling.Go(func() { r.settleLoop(settleCtx, r.settleCh) })
 	}
-	// Buckets are renewed until everything is settled, then released.
-	bucketCtx, stopBuckets := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBuckets()
-	var owning sync.WaitGroup
-	if r.cfg.Mode == outbox.ModePartitioned {
-		owning.Go(func() { r.bucketLoop(bucketCtx) })
-	}
+	// The mode's own work goes on until everything is settled.
+	modeCtx, stopMode := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopMode()
+	var moding sync.WaitGroup
+	moding.Go(func() { r.mode.run(modeCtx) })
 	var background sync.WaitGroup
 	background.Go(func() { r.statsLoop(runCtx) })
 	background.Go(func() { r.retentionLoop(runCtx) })
@@ -152,11 +128,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	})
 
-	r.log.Info("relay started", "schema", r.cfg.Schema, "mode", r.mode(), "sinks", slices.Sorted(maps.Keys(r.cfg.Sinks)),
+	r.log.Info("relay started", "schema", r.cfg.Schema, "mode", r.cfg.Mode, "sinks", slices.Sorted(maps.Keys(r.cfg.Sinks)),
 		"default_sink", r.cfg.DefaultSink, "batch_size", r.cfg.BatchSize, "lease", r.cfg.Lease)
 	r.checkAutovacuum(runCtx)
 	var claiming sync.WaitGroup
-	for i, c := range r.claimers() {
+	for i, c := range r.mode.claimers() {
 		claiming.Go(func() { r.claimLoop(runCtx, deliverCtx, c, &r.claimHealth[i]) })
 	}
 	claiming.Wait()
@@ -172,8 +148,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	cutoff.Stop()
 	close(r.settleCh)
 	settling.Wait()
-	stopBuckets()
-	owning.Wait()
+	stopMode()
+	moding.Wait()
 	stop(nil)
 	background.Wait()
 	r.logFailures()

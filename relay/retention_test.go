@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outbox-relay/outbox-relay/internal/dbtest"
@@ -89,10 +90,10 @@ func TestRetention_RunsAsTheLeastPrivilegeRelayRole(t *testing.T) {
 	}
 	ctx := context.Background()
 	r.enforceRetention(ctx)
-	if _, err := r.pool.Exec(ctx, r.q.relaysForget, forgetAfter); err != nil {
+	if _, err := r.pool.Exec(ctx, r.q.relaysForget, pgx.StrictNamedArgs{"gone": forgetAfter}); err != nil {
 		t.Errorf("forget relays: %v", err)
 	}
-	r.repairLanes(ctx)
+	r.mode.(*ordered).repair(ctx)
 	if got := lp.Count(t, "archive"); got != 1 {
 		t.Errorf("archive holds %d rows after retention, want the fresh one", got)
 	}

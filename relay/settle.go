@@ -3,9 +3,10 @@ package relay
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/jackc/pgx/v5"
 )
 
 // settleLoop writes down outcomes until in is closed. Whatever has arrived
@@ -28,16 +29,7 @@ func (r *Relay) settleLoop(ctx context.Context, in <-chan []outcome) {
 			}
 		}
 		r.settleWithRetry(ctx, items)
-		if r.cfg.Mode == outbox.ModePartitioned {
-			r.buckets.settled(items)
-		}
-		if r.cfg.Mode == outbox.ModeOrdered {
-			// Heads left their lanes: the keys' next rows are claimable.
-			select {
-			case r.keyedWake <- struct{}{}:
-			default:
-			}
-		}
+		r.mode.settled(items)
 		var settledBytes int64
 		for i := range items {
 			settledBytes += int64(items[i].size)
@@ -104,23 +96,16 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 
 	start := time.Now()
 	var archived, requeued, deadLettered []int64
+	args := archive.args()
+	maps.Copy(args, r.mode.fence(items))
 	var err error
-	var fenced []any
-	if r.cfg.Mode == outbox.ModePartitioned {
-		buckets, epochs := fence(items)
-		fenced = []any{r.cfg.ID, buckets, epochs}
-	}
-	if r.q.archiveOnly != "" && len(requeue.ids) == 0 && len(deadLetter.ids) == 0 {
+	if r.settleSQL.archiveOnly != "" && len(requeue.ids) == 0 && len(deadLetter.ids) == 0 {
 		// Only deliveries: the shorter statement plans faster.
-		args := append([]any{planPerExecution, archive.ids, archive.seqs, archive.duplicate}, fenced...)
-		err = r.pool.QueryRow(ctx, r.q.archiveOnly, args...).Scan(&archived)
+		err = r.pool.QueryRow(ctx, r.settleSQL.archiveOnly, planPerExecution, args).Scan(&archived)
 	} else {
-		args := append([]any{planPerExecution,
-			archive.ids, archive.seqs, archive.duplicate,
-			requeue.ids, requeue.seqs, requeue.delayMicros, requeue.errors, requeue.release,
-			deadLetter.ids, deadLetter.seqs, deadLetter.reasons, deadLetter.errors,
-		}, fenced...)
-		err = r.pool.QueryRow(ctx, r.q.settle, args...).Scan(&archived, &requeued, &deadLettered)
+		maps.Copy(args, requeue.args())
+		maps.Copy(args, deadLetter.args())
+		err = r.pool.QueryRow(ctx, r.settleSQL.settle, planPerExecution, args).Scan(&archived, &requeued, &deadLettered)
 	}
 	if err != nil {
 		return fmt.Errorf("settle %d rows: %w", len(items), err)
@@ -135,11 +120,7 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 	}
 	if lost := len(items) - len(settled); lost > 0 {
 		r.metrics.LeaseLost.Add(float64(lost))
-		what := "rows were claimed again before this relay settled them (its lease had expired); their outcome here is dropped and they are delivered under the new claim"
-		if r.cfg.Mode == outbox.ModePartitioned {
-			what = "rows were claimed again, or their buckets are no longer this relay's, before it settled them; their outcome here is dropped and the bucket's owner delivers them"
-		}
-		r.log.Warn(what, "num_rows", lost, "lease", r.cfg.Lease)
+		r.log.Warn(r.settleSQL.dropped, "num_rows", lost, "lease", r.cfg.Lease)
 	}
 	r.count(items, settled)
 	r.log.Debug("settled", "num_archived", len(archived), "num_requeued", len(requeued), "num_dead_lettered", len(deadLettered))
@@ -174,6 +155,7 @@ func countBySink(items []outcome) map[string]int {
 
 // The settle statements take one array per column.
 
+// archiveArgs are the delivered rows and those skipped as duplicates.
 type archiveArgs struct {
 	ids       []int64
 	seqs      []int32
@@ -186,6 +168,7 @@ func (a *archiveArgs) add(o *outcome) {
 	a.duplicate = append(a.duplicate, o.kind == kindDuplicate)
 }
 
+// requeueArgs are the rows to try again, or given back.
 type requeueArgs struct {
 	ids         []int64
 	seqs        []int32
@@ -206,6 +189,7 @@ func (a *requeueArgs) add(o *outcome) {
 	a.release = append(a.release, o.kind == kindRelease)
 }
 
+// deadLetterArgs are the rows for the dead letters.
 type deadLetterArgs struct {
 	ids     []int64
 	seqs    []int32
@@ -218,4 +202,17 @@ func (a *deadLetterArgs) add(o *outcome) {
 	a.seqs = append(a.seqs, o.seq)
 	a.reasons = append(a.reasons, o.reason)
 	a.errors = append(a.errors, o.err)
+}
+
+func (a *archiveArgs) args() pgx.StrictNamedArgs {
+	return pgx.StrictNamedArgs{"archive_ids": a.ids, "archive_seqs": a.seqs, "archive_duplicate": a.duplicate}
+}
+
+func (a *requeueArgs) args() pgx.StrictNamedArgs {
+	return pgx.StrictNamedArgs{"requeue_ids": a.ids, "requeue_seqs": a.seqs, "requeue_delay_us": a.delayMicros,
+		"requeue_errors": a.errors, "requeue_release": a.release}
+}
+
+func (a *deadLetterArgs) args() pgx.StrictNamedArgs {
+	return pgx.StrictNamedArgs{"dead_ids": a.ids, "dead_seqs": a.seqs, "dead_reasons": a.reasons, "dead_errors": a.errors}
 }

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // gaugeCountCap bounds the rows a gauge query counts, so that refreshing the
@@ -33,12 +31,9 @@ func (r *Relay) statsLoop(ctx context.Context) {
 	}
 }
 
-// blockedKeysCap bounds the lanes a refresh looks at for blocked keys.
-const blockedKeysCap = 10_000
-
 // refreshStats sets the backlog, oldest-due-age, backoff, dead-letter, dead
-// tuple and lock-wait gauges with bounded queries, and in ordered mode the
-// blocked keys and the rows waiting on their keys.
+// tuple and lock-wait gauges with bounded queries, and the mode's own
+// (mode.countDue).
 func (r *Relay) refreshStats(ctx context.Context) error {
 	// Every configured sink and unknownSink get a value each time (no
 	// Reset, so that a scrape never sees the series missing), and
@@ -58,48 +53,18 @@ func (r *Relay) refreshStats(ctx context.Context) error {
 			oldestDue = oldest
 		}
 	}
-	if r.cfg.Mode == outbox.ModeOrdered {
-		rows, err := r.pool.Query(ctx, r.q.orderedBacklog, r.cfg.DefaultSink, gaugeCountCap)
-		if err != nil {
-			return fmt.Errorf("query backlog: %w", err)
-		}
-		var sink string
-		var due int64
-		var oldest *time.Time
-		if _, err := pgx.ForEachRow(rows, []any{&sink, &due, &oldest}, func() error {
-			add(sink, due, oldest)
-			return nil
-		}); err != nil {
-			return fmt.Errorf("query backlog: %w", err)
-		}
-		var blocked, waiting int64
-		if err := r.pool.QueryRow(ctx, r.q.orderedKeys, blockedKeysCap, gaugeCountCap).Scan(&blocked, &waiting); err != nil {
-			return fmt.Errorf("count blocked keys: %w", err)
-		}
-		r.metrics.BlockedKeys.Set(float64(blocked))
-		r.metrics.WaitingOnKey.Set(float64(waiting))
-	} else {
-		rows, err := r.pool.Query(ctx, r.q.backlog, r.cfg.DefaultSink, gaugeCountCap)
-		if err != nil {
-			return fmt.Errorf("query backlog: %w", err)
-		}
-		var sink string
-		var due int64
-		if _, err := pgx.ForEachRow(rows, []any{&sink, &due}, func() error {
-			add(sink, due, nil)
-			return nil
-		}); err != nil {
-			return fmt.Errorf("query backlog: %w", err)
-		}
+	oldestKnown, err := r.mode.countDue(ctx, add)
+	if err != nil {
+		return err
 	}
 	var inBackoff, dead, deadTuples, lockWaits int64
 	var oldest float64
-	err := r.pool.QueryRow(ctx, r.q.tableHealth, r.cfg.Schema, gaugeCountCap).
+	err = r.pool.QueryRow(ctx, r.q.tableHealth, pgx.StrictNamedArgs{"schema_name": r.cfg.Schema, "cap": gaugeCountCap}).
 		Scan(&inBackoff, &oldest, &dead, &deadTuples, &lockWaits)
 	if err != nil {
 		return fmt.Errorf("read table health: %w", err)
 	}
-	if r.cfg.Mode == outbox.ModeOrdered {
+	if oldestKnown {
 		// The table's oldest due row may be waiting on its key.
 		oldest = 0
 		if oldestDue != nil {
@@ -114,5 +79,24 @@ func (r *Relay) refreshStats(ctx context.Context) error {
 	r.metrics.DeadLetters.Set(float64(dead))
 	r.metrics.HotTableDeadTuples.Set(float64(deadTuples))
 	r.metrics.LockWaits.Set(float64(lockWaits))
+	return nil
+}
+
+// countDueRows counts the due rows per sink (queryMessagesBacklog) with
+// add, for the modes where every due row may be claimed.
+func (r *Relay) countDueRows(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) error {
+	rows, err := r.pool.Query(ctx, r.q.backlog, pgx.StrictNamedArgs{"default_sink": r.cfg.DefaultSink, "cap": gaugeCountCap})
+	if err != nil {
+		return fmt.Errorf("query backlog: %w", err)
+	}
+	var sink string
+	var due int64
+	_, err = pgx.ForEachRow(rows, []any{&sink, &due}, func() error {
+		add(sink, due, nil)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("query backlog: %w", err)
+	}
 	return nil
 }

@@ -3,11 +3,11 @@ WITH due_lanes AS MATERIALIZED (
       FROM "outbox".lanes AS l
      WHERE l.available_at <= now()
      ORDER BY l.available_at
-     LIMIT $4
+     LIMIT @limit
        FOR NO KEY UPDATE SKIP LOCKED
 ), heads AS MATERIALIZED (
     SELECT d.key, h.id, h.available_at, h.leased_until,
-           coalesce(h.destination, $2) <> ALL ($3::text[]) AS open
+           coalesce(h.destination, @default_sink) <> ALL (@closed_sinks::text[]) AS open
       FROM due_lanes AS d
       LEFT JOIN LATERAL (
            SELECT m.id, m.available_at, m.leased_until, m.destination
@@ -30,13 +30,13 @@ WITH due_lanes AS MATERIALIZED (
                sum(size) OVER (ORDER BY available_at, id) AS upto,
                row_number() OVER (ORDER BY available_at, id) AS n
           FROM locked) AS s
-     WHERE upto <= $7::bigint OR (n = 1 AND $8::bool)
+     WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
 ), leased AS (
     UPDATE "outbox".messages AS m
        SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
            claim_seq = CASE WHEN m.claim_seq >= 2147483646 OR m.claim_seq < 0 THEN 1 ELSE m.claim_seq + 1 END,
-           leased_by = $1,
-           leased_until = now() + $5::interval
+           leased_by = @relay_id,
+           leased_until = now() + @lease::interval
      WHERE m.id = ANY (ARRAY(SELECT id FROM claimable))
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, m.claim_seq,
@@ -48,11 +48,11 @@ WITH due_lanes AS MATERIALIZED (
 ), moved AS (
     UPDATE "outbox".lanes AS l
        SET available_at = CASE
-               WHEN h.id = ANY (ARRAY(SELECT id FROM claimable)) THEN now() + $5::interval
+               WHEN h.id = ANY (ARRAY(SELECT id FROM claimable)) THEN now() + @lease::interval
                WHEN h.id = ANY (ARRAY(SELECT id FROM locked)) THEN l.available_at
                WHEN h.available_at > now() THEN h.available_at
-               WHEN h.leased_until > now() THEN least(h.leased_until, now() + $5::interval)
-               ELSE now() + $6::interval
+               WHEN h.leased_until > now() THEN least(h.leased_until, now() + @lease::interval)
+               ELSE now() + @recheck::interval
            END
       FROM heads AS h
      WHERE l.key = h.key AND h.id IS NOT NULL

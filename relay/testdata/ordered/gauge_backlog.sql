@@ -2,14 +2,14 @@ WITH unkeyed AS (
     SELECT destination, available_at FROM "outbox".messages
      WHERE key IS NULL AND available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
      ORDER BY available_at
-     LIMIT $2
+     LIMIT @cap
 ), heads AS (
     SELECT h.destination, h.available_at
-      FROM (SELECT key FROM "outbox".lanes WHERE available_at <= now() LIMIT $2) AS l,
+      FROM (SELECT key FROM "outbox".lanes WHERE available_at <= now() LIMIT @cap) AS l,
            LATERAL (SELECT m.destination, m.available_at, m.leased_until FROM "outbox".messages AS m
                      WHERE m.key = l.key ORDER BY m.id LIMIT 1) AS h
      WHERE h.available_at <= now() AND (h.leased_until IS NULL OR h.leased_until <= now())
 )
-SELECT coalesce(destination, $1), count(*), min(available_at)
+SELECT coalesce(destination, @default_sink), count(*), min(available_at)
   FROM (SELECT * FROM unkeyed UNION ALL SELECT * FROM heads) AS due
  GROUP BY 1

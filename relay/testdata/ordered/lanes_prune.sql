@@ -1,1 +1,1 @@
-SELECT "outbox".lanes_prune($1::text[])
+SELECT "outbox".lanes_prune(@keys::text[])

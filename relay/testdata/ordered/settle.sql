@@ -1,7 +1,7 @@
 WITH archived AS (
     DELETE FROM "outbox".messages AS m
-     USING unnest($1::bigint[], $2::int[], $3::bool[]) AS s(id, claim_seq, duplicate)
-     WHERE m.id = ANY ($1::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
+     USING unnest(@archive_ids::bigint[], @archive_seqs::int[], @archive_duplicate::bool[]) AS s(id, claim_seq, duplicate)
+     WHERE m.id = ANY (@archive_ids::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, s.duplicate, m.dedup
 ), archive_insert AS (
@@ -20,14 +20,14 @@ WITH archived AS (
            available_at = now() + r.delay_us * interval '1 microsecond',
            last_error = coalesce(r.error, m.last_error),
            attempts = greatest(m.attempts - CASE WHEN r.release THEN 1 ELSE 0 END, 0)
-      FROM unnest($4::bigint[], $5::int[], $6::bigint[], $7::text[], $8::bool[])
+      FROM unnest(@requeue_ids::bigint[], @requeue_seqs::int[], @requeue_delay_us::bigint[], @requeue_errors::text[], @requeue_release::bool[])
            AS r(id, claim_seq, delay_us, error, release)
-     WHERE m.id = ANY ($4::bigint[]) AND m.id = r.id AND m.claim_seq = r.claim_seq
+     WHERE m.id = ANY (@requeue_ids::bigint[]) AND m.id = r.id AND m.claim_seq = r.claim_seq
  RETURNING m.id, m.key, m.available_at
 ), dead AS (
     DELETE FROM "outbox".messages AS m
-     USING unnest($9::bigint[], $10::int[], $11::text[], $12::text[]) AS d(id, claim_seq, reason, error)
-     WHERE m.id = ANY ($9::bigint[]) AND m.id = d.id AND m.claim_seq = d.claim_seq
+     USING unnest(@dead_ids::bigint[], @dead_seqs::int[], @dead_reasons::text[], @dead_errors::text[]) AS d(id, claim_seq, reason, error)
+     WHERE m.id = ANY (@dead_ids::bigint[]) AND m.id = d.id AND m.claim_seq = d.claim_seq
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, d.reason, d.error
 ), lanes_moved AS (

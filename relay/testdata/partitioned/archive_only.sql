@@ -1,12 +1,12 @@
 WITH fence AS MATERIALIZED (
     SELECT b.bucket::integer AS bucket
-      FROM unnest($5::int[], $6::bigint[]) AS f(bucket, epoch)
+      FROM unnest(@fence_buckets::int[], @fence_epochs::bigint[]) AS f(bucket, epoch)
       JOIN "outbox".buckets AS b ON b.bucket = f.bucket AND b.epoch = f.epoch
-     WHERE b.owner = $4 AND b.lease_until > clock_timestamp()
+     WHERE b.owner = @relay_id AND b.lease_until > clock_timestamp()
 ), archived AS (
     DELETE FROM "outbox".messages AS m
-     USING unnest($1::bigint[], $2::int[], $3::bool[]) AS s(id, claim_seq, duplicate)
-     WHERE m.id = ANY ($1::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
+     USING unnest(@archive_ids::bigint[], @archive_seqs::int[], @archive_duplicate::bool[]) AS s(id, claim_seq, duplicate)
+     WHERE m.id = ANY (@archive_ids::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
        AND "outbox".messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM fence))
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, s.duplicate, m.dedup

@@ -1,3 +1,3 @@
 SELECT id FROM "outbox".relays
- WHERE mode = 'partitioned' AND last_seen > now() - $1::interval
+ WHERE mode = 'partitioned' AND last_seen > now() - @alive::interval
  ORDER BY id

@@ -1,5 +1,5 @@
 UPDATE "outbox".buckets AS b
    SET owner = NULL, lease_until = now(), changed_at = now()
-  FROM unnest($2::int[], $3::bigint[]) AS r(bucket, epoch)
- WHERE b.bucket = r.bucket AND b.epoch = r.epoch AND b.owner = $1
+  FROM unnest(@buckets::int[], @epochs::bigint[]) AS r(bucket, epoch)
+ WHERE b.bucket = r.bucket AND b.epoch = r.epoch AND b.owner = @relay_id
 RETURNING b.bucket

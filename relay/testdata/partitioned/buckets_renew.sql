@@ -1,3 +1,3 @@
-UPDATE "outbox".buckets SET lease_until = now() + $2::interval
- WHERE owner = $1 AND lease_until > now()
+UPDATE "outbox".buckets SET lease_until = now() + @lease::interval
+ WHERE owner = @relay_id AND lease_until > now()
 RETURNING bucket, epoch

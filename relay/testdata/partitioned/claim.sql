@@ -1,8 +1,8 @@
 WITH owned AS MATERIALIZED (
     SELECT b.bucket::integer AS bucket, p.max_rows
-      FROM unnest($8::int[], $9::bigint[], $10::int[]) AS p(bucket, epoch, max_rows)
+      FROM unnest(@buckets::int[], @epochs::bigint[], @shares::int[]) AS p(bucket, epoch, max_rows)
       JOIN "outbox".buckets AS b ON b.bucket = p.bucket AND b.epoch = p.epoch
-     WHERE b.owner = $1 AND b.lease_until > now() + $5::interval
+     WHERE b.owner = @relay_id AND b.lease_until > now() + @lease::interval
 ), due AS MATERIALIZED (
     (SELECT c.id, c.leased_by, c.available_at, c.size, c.key
       FROM owned AS o
@@ -12,18 +12,18 @@ WITH owned AS MATERIALIZED (
             WHERE "outbox".messages_bucket(m.key, m.id) = o.bucket
               AND m.available_at <= now()
               AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
-              AND coalesce(m.destination, $2) <> ALL ($3::text[])
+              AND coalesce(m.destination, @default_sink) <> ALL (@closed_sinks::text[])
             ORDER BY m.available_at, m.id
             LIMIT o.max_rows
               FOR UPDATE SKIP LOCKED) AS c
-     LIMIT $4)
+     LIMIT @limit)
 ), fits AS MATERIALIZED (
     SELECT id, leased_by, key FROM (
         SELECT id, leased_by, key,
                sum(size) OVER (ORDER BY available_at, id) AS upto,
                row_number() OVER (ORDER BY available_at, id) AS n
           FROM due) AS s
-     WHERE upto <= $6::bigint OR (n = 1 AND $7::bool)
+     WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
 ), kept AS MATERIALIZED (
     SELECT f.id, f.leased_by
       FROM fits AS f
@@ -38,8 +38,8 @@ WITH owned AS MATERIALIZED (
     UPDATE "outbox".messages AS m
        SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
            claim_seq = CASE WHEN m.claim_seq >= 2147483646 OR m.claim_seq < 0 THEN 1 ELSE m.claim_seq + 1 END,
-           leased_by = $1,
-           leased_until = now() + $5::interval
+           leased_by = @relay_id,
+           leased_until = now() + @lease::interval
      WHERE m.id = ANY (ARRAY(SELECT id FROM kept))
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, m.claim_seq,
@@ -52,7 +52,7 @@ WITH owned AS MATERIALIZED (
 SELECT *, NULL::text FROM leased
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       (SELECT CASE WHEN o.leased_until > now() THEN least(o.leased_until, now() + $5::interval)
+       (SELECT CASE WHEN o.leased_until > now() THEN least(o.leased_until, now() + @lease::interval)
                     ELSE greatest(o.available_at, now()) END
           FROM "outbox".messages AS o
          WHERE o.key = h.key AND o.id <> ALL (ARRAY(SELECT id FROM fits))

@@ -1,12 +1,12 @@
 WITH fence AS MATERIALIZED (
     SELECT b.bucket::integer AS bucket
-      FROM unnest($14::int[], $15::bigint[]) AS f(bucket, epoch)
+      FROM unnest(@fence_buckets::int[], @fence_epochs::bigint[]) AS f(bucket, epoch)
       JOIN "outbox".buckets AS b ON b.bucket = f.bucket AND b.epoch = f.epoch
-     WHERE b.owner = $13 AND b.lease_until > clock_timestamp()
+     WHERE b.owner = @relay_id AND b.lease_until > clock_timestamp()
 ), archived AS (
     DELETE FROM "outbox".messages AS m
-     USING unnest($1::bigint[], $2::int[], $3::bool[]) AS s(id, claim_seq, duplicate)
-     WHERE m.id = ANY ($1::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
+     USING unnest(@archive_ids::bigint[], @archive_seqs::int[], @archive_duplicate::bool[]) AS s(id, claim_seq, duplicate)
+     WHERE m.id = ANY (@archive_ids::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
        AND "outbox".messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM fence))
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, s.duplicate, m.dedup
@@ -26,15 +26,15 @@ WITH fence AS MATERIALIZED (
            available_at = now() + r.delay_us * interval '1 microsecond',
            last_error = coalesce(r.error, m.last_error),
            attempts = greatest(m.attempts - CASE WHEN r.release THEN 1 ELSE 0 END, 0)
-      FROM unnest($4::bigint[], $5::int[], $6::bigint[], $7::text[], $8::bool[])
+      FROM unnest(@requeue_ids::bigint[], @requeue_seqs::int[], @requeue_delay_us::bigint[], @requeue_errors::text[], @requeue_release::bool[])
            AS r(id, claim_seq, delay_us, error, release)
-     WHERE m.id = ANY ($4::bigint[]) AND m.id = r.id AND m.claim_seq = r.claim_seq
+     WHERE m.id = ANY (@requeue_ids::bigint[]) AND m.id = r.id AND m.claim_seq = r.claim_seq
        AND "outbox".messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM fence))
  RETURNING m.id, m.key, m.available_at
 ), dead AS (
     DELETE FROM "outbox".messages AS m
-     USING unnest($9::bigint[], $10::int[], $11::text[], $12::text[]) AS d(id, claim_seq, reason, error)
-     WHERE m.id = ANY ($9::bigint[]) AND m.id = d.id AND m.claim_seq = d.claim_seq
+     USING unnest(@dead_ids::bigint[], @dead_seqs::int[], @dead_reasons::text[], @dead_errors::text[]) AS d(id, claim_seq, reason, error)
+     WHERE m.id = ANY (@dead_ids::bigint[]) AND m.id = d.id AND m.claim_seq = d.claim_seq
        AND "outbox".messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM fence))
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, d.reason, d.error

@@ -1,2 +1,2 @@
 DELETE FROM "outbox".archive
- WHERE ctid = ANY (ARRAY(SELECT ctid FROM "outbox".archive WHERE delivered_at < $1 LIMIT $2))
+ WHERE ctid = ANY (ARRAY(SELECT ctid FROM "outbox".archive WHERE delivered_at < @cutoff LIMIT @chunk))

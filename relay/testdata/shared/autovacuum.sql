@@ -3,4 +3,4 @@ SELECT current_setting('autovacuum')::bool,
                    FROM pg_catalog.pg_class AS c
                    JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace,
                         pg_catalog.pg_options_to_table(c.reloptions)
-                  WHERE n.nspname = $1 AND c.relname = 'messages' AND option_name = 'autovacuum_enabled'), true)
+                  WHERE n.nspname = @schema_name AND c.relname = 'messages' AND option_name = 'autovacuum_enabled'), true)

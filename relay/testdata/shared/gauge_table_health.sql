@@ -1,12 +1,12 @@
 SELECT (SELECT count(*) FROM (SELECT 1 FROM "outbox".messages
                                WHERE last_error IS NOT NULL AND available_at > now()
                                  AND leased_by IS NULL AND attempts > 0
-                               LIMIT $2) AS b),
+                               LIMIT @cap) AS b),
        coalesce(extract(epoch FROM now() - (
            SELECT min(available_at) FROM "outbox".messages
             WHERE available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day'))), 0)::float8,
-       (SELECT count(*) FROM (SELECT 1 FROM "outbox".dead_letters LIMIT $2) AS d),
+       (SELECT count(*) FROM (SELECT 1 FROM "outbox".dead_letters LIMIT @cap) AS d),
        coalesce((SELECT n_dead_tup FROM pg_catalog.pg_stat_user_tables
-                  WHERE schemaname = $1 AND relname = 'messages'), 0),
+                  WHERE schemaname = @schema_name AND relname = 'messages'), 0),
        (SELECT count(*) FROM pg_catalog.pg_locks
          WHERE NOT granted AND relation = '"outbox".messages'::regclass)

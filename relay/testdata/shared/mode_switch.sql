@@ -1,1 +1,1 @@
-UPDATE "outbox".relay_mode SET mode = $1, changed_at = now(), changed_by = $2
+UPDATE "outbox".relay_mode SET mode = @mode, changed_at = now(), changed_by = @relay_id

@@ -1,1 +1,1 @@
-DELETE FROM "outbox".relays WHERE last_seen < now() - $1::interval
+DELETE FROM "outbox".relays WHERE last_seen < now() - @gone::interval

@@ -1,1 +1,1 @@
-DELETE FROM "outbox".relays WHERE id = $1
+DELETE FROM "outbox".relays WHERE id = @relay_id

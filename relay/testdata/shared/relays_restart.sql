@@ -1,1 +1,1 @@
-UPDATE "outbox".relays SET started_at = now() WHERE id = $1
+UPDATE "outbox".relays SET started_at = now() WHERE id = @relay_id

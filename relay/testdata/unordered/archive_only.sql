@@ -1,7 +1,7 @@
 WITH archived AS (
     DELETE FROM "outbox".messages AS m
-     USING unnest($1::bigint[], $2::int[], $3::bool[]) AS s(id, claim_seq, duplicate)
-     WHERE m.id = ANY ($1::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
+     USING unnest(@archive_ids::bigint[], @archive_seqs::int[], @archive_duplicate::bool[]) AS s(id, claim_seq, duplicate)
+     WHERE m.id = ANY (@archive_ids::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, s.duplicate, m.dedup
 ), archive_insert AS (

@@ -3,9 +3,9 @@ WITH due AS MATERIALIZED (
       FROM "outbox".messages AS c
      WHERE available_at <= now()
        AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
-       AND coalesce(destination, $2) <> ALL ($3::text[])
+       AND coalesce(destination, @default_sink) <> ALL (@closed_sinks::text[])
      ORDER BY available_at, id
-     LIMIT $4
+     LIMIT @limit
        FOR UPDATE SKIP LOCKED
 ), fits AS MATERIALIZED (
     SELECT id, leased_by FROM (
@@ -13,13 +13,13 @@ WITH due AS MATERIALIZED (
                sum(size) OVER (ORDER BY available_at, id) AS upto,
                row_number() OVER (ORDER BY available_at, id) AS n
           FROM due) AS s
-     WHERE upto <= $6::bigint OR (n = 1 AND $7::bool)
+     WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
 ), leased AS (
     UPDATE "outbox".messages AS m
        SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
            claim_seq = CASE WHEN m.claim_seq >= 2147483646 OR m.claim_seq < 0 THEN 1 ELSE m.claim_seq + 1 END,
-           leased_by = $1,
-           leased_until = now() + $5::interval
+           leased_by = @relay_id,
+           leased_until = now() + @lease::interval
      WHERE m.id = ANY (ARRAY(SELECT id FROM fits))
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, m.claim_seq,

@@ -44,26 +44,23 @@ func (e *ModeChangedError) Error() string {
 	return fmt.Sprintf("the schema's mode changed to %s while this relay ran %s: stopping (every relay on a schema must run the same mode)", e.Recorded, e.Want)
 }
 
-// mode is this relay's mode.
-func (r *Relay) mode() outbox.Mode { return r.cfg.Mode }
-
 // register checks the relay's mode against the schema's and records the
 // relay as alive. When the modes differ and no relay of the schema's mode is
-// alive, it switches the schema to this relay's mode: lanes are opened for
-// every key with rows (ordered) or dropped (unordered).
+// alive, it switches the schema to this relay's mode (switchStatements).
 func (r *Relay) register(ctx context.Context) error {
 	tx, err := r.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("register relay: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, queryModeLock, "outbox-relay:mode:"+r.cfg.Schema); err != nil {
+	if _, err := tx.Exec(ctx, r.q.modeLock, pgx.StrictNamedArgs{"lock_name": "outbox-relay:mode:" + r.cfg.Schema}); err != nil {
 		return fmt.Errorf("register relay: lock the schema's mode: %w", err)
 	}
-	want := r.mode()
+	want := r.cfg.Mode
 	var recorded outbox.Mode
 	var alive []string
-	if err := tx.QueryRow(ctx, r.q.modeRead, r.cfg.ID, aliveFor, want).Scan(&recorded, &alive); err != nil {
+	err = tx.QueryRow(ctx, r.q.modeRead, pgx.StrictNamedArgs{"relay_id": r.cfg.ID, "alive": aliveFor, "mode": want}).Scan(&recorded, &alive)
+	if err != nil {
 		return fmt.Errorf("register relay: read the schema's mode: %w", err)
 	}
 	if recorded != want {
@@ -76,13 +73,13 @@ func (r *Relay) register(ctx context.Context) error {
 	}
 	// The insert triggers of the mode: set by a switch, and repaired here
 	// when something else (a restore, a hand edit) left them wrong.
-	if _, err := tx.Exec(ctx, r.q.applyMode); err != nil {
+	if _, err := tx.Exec(ctx, r.q.modeApply); err != nil {
 		return fmt.Errorf("register relay: enable the insert triggers of %s mode: %w", want, err)
 	}
-	if _, err := tx.Exec(ctx, r.q.relaysHeartbeat, r.cfg.ID, r.cfg.Version, want, r.cfg.Notify); err != nil {
+	if _, err := r.heartbeat(ctx, tx); err != nil {
 		return fmt.Errorf("register relay: %w", err)
 	}
-	if _, err := tx.Exec(ctx, r.q.relaysRestart, r.cfg.ID); err != nil {
+	if _, err := tx.Exec(ctx, r.q.relaysRestart, pgx.StrictNamedArgs{"relay_id": r.cfg.ID}); err != nil {
 		return fmt.Errorf("register relay: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -91,30 +88,39 @@ func (r *Relay) register(ctx context.Context) error {
 	return nil
 }
 
-// switchMode records this relay's mode as the schema's, in tx.
+// switchMode records this relay's mode as the schema's, in tx, and runs
+// the switch's statements with producers held out.
 func (r *Relay) switchMode(ctx context.Context, tx pgx.Tx, from outbox.Mode) error {
-	want := r.mode()
+	want := r.cfg.Mode
 	if _, err := tx.Exec(ctx, r.q.modeSwitchLock); err != nil {
 		return fmt.Errorf("switch the schema to %s mode: hold producers back: %w", want, err)
 	}
-	if _, err := tx.Exec(ctx, r.q.modeSwitch, want, r.cfg.ID); err != nil {
+	if _, err := tx.Exec(ctx, r.q.modeSwitch, pgx.StrictNamedArgs{"mode": want, "relay_id": r.cfg.ID}); err != nil {
 		return fmt.Errorf("switch the schema to %s mode: %w", want, err)
 	}
-	var err error
-	if want == outbox.ModeOrdered {
-		_, err = tx.Exec(ctx, r.q.backfillLanes)
-	} else {
-		_, err = tx.Exec(ctx, r.q.clearLanes)
-	}
-	if err == nil && from == outbox.ModePartitioned {
-		// Nobody owns a bucket outside partitioned mode; epochs go on.
-		_, err = tx.Exec(ctx, r.q.bucketsReset)
-	}
-	if err != nil {
-		return fmt.Errorf("switch the schema to %s mode: %w", want, err)
+	for _, stmt := range switchStatements(r.cfg.Schema, from, want) {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("switch the schema to %s mode: %w", want, err)
+		}
 	}
 	r.log.Warn("switched the schema's delivery mode: no other relay was alive", "from", from, "to", want)
 	return nil
+}
+
+// queryRower runs a statement that returns one row: a pool, or a
+// transaction.
+type queryRower interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// heartbeat registers the relay or records that it is alive, through db,
+// and returns the schema's mode.
+func (r *Relay) heartbeat(ctx context.Context, db queryRower) (outbox.Mode, error) {
+	var recorded outbox.Mode
+	err := db.QueryRow(ctx, r.q.relaysHeartbeat, pgx.StrictNamedArgs{
+		"relay_id": r.cfg.ID, "version": r.cfg.Version, "mode": r.cfg.Mode, "notify": r.cfg.Notify,
+	}).Scan(&recorded)
+	return recorded, err
 }
 
 // heartbeatLoop records every heartbeatInterval that the relay is alive and
@@ -128,17 +134,16 @@ func (r *Relay) heartbeatLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			defer cancel()
-			_, _ = r.pool.Exec(leaveCtx, r.q.relaysLeave, r.cfg.ID)
+			_, _ = r.pool.Exec(leaveCtx, r.q.relaysLeave, pgx.StrictNamedArgs{"relay_id": r.cfg.ID})
 			return nil
 		case <-t.C:
 		}
-		var recorded outbox.Mode
-		err := r.pool.QueryRow(ctx, r.q.relaysHeartbeat, r.cfg.ID, r.cfg.Version, r.mode(), r.cfg.Notify).Scan(&recorded)
+		recorded, err := r.heartbeat(ctx, r.pool)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			r.log.Warn("record heartbeat", "err", err)
-		case err == nil && recorded != r.mode():
-			return &ModeChangedError{Want: r.mode(), Recorded: recorded}
+		case err == nil && recorded != r.cfg.Mode:
+			return &ModeChangedError{Want: r.cfg.Mode, Recorded: recorded}
 		}
 	}
 }

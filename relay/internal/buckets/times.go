@@ -1,0 +1,29 @@
+package buckets
+
+import "time"
+
+// Times are a schema's timings, derived from the row lease: every relay of
+// a schema must run the same RELAY_LEASE.
+type Times struct {
+	// Renew is how often a relay renews its buckets, heartbeats and
+	// rebalances.
+	Renew time.Duration
+	// Lease is how long a renewed bucket stays its owner's: the row lease
+	// plus three renewals, so that a claim (which needs the bucket's lease
+	// to outlive the rows' lease) can go on while a renewal or two is late.
+	Lease time.Duration
+	// Alive is how long a relay counts as alive, sharing the buckets, after
+	// its last renewal: as long as its buckets' leases last. Its buckets
+	// cannot move sooner anyway, and a relay slowed down (a loaded machine,
+	// a long pause for garbage collection) is not taken for gone while it
+	// still holds them, which would make the others reach for a share they
+	// cannot get and then give it back.
+	Alive time.Duration
+}
+
+// TimesFor returns the timings for a row lease.
+func TimesFor(rowLease time.Duration) Times {
+	renew := min(max(rowLease/10, 100*time.Millisecond), time.Second)
+	lease := rowLease + 3*renew
+	return Times{Renew: renew, Lease: lease, Alive: lease}
+}

@@ -1,0 +1,66 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/internal/buckets"
+)
+
+// mode is what a delivery mode decides; the engine calls it and never
+// branches on the mode. Each mode is a file: unordered.go, ordered.go,
+// partitioned.go; this file is their registry.
+type mode interface {
+	// claimers returns the claim loops the relay runs.
+	claimers() []claimer
+	// deliver sends one sink's share of a claimed batch: all at once
+	// (delivery.all), or in waves that keep each key's order.
+	deliver(ctx context.Context, d *delivery)
+	// settleStatements returns the mode's settle statements.
+	settleStatements() settleStatements
+	// fence returns the arguments of the settle statements' fence for the
+	// outcomes items (nil when the mode has none).
+	fence(items []outcome) pgx.StrictNamedArgs
+	// settled learns that items were written down, or given up.
+	settled(items []outcome)
+	// run does the mode's own work until ctx ends, which happens once the
+	// relay has settled every outcome.
+	run(ctx context.Context)
+	// countDue counts the rows due per sink with add, for the backlog
+	// gauge, and refreshes the mode's own gauges. It reports whether the
+	// oldest due times it passed are the ones to report: when a row may be
+	// due by the table and still wait (behind its key), the table's oldest
+	// due row is not.
+	countDue(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) (oldestKnown bool, err error)
+}
+
+// newMode returns the mode r's configuration names.
+func newMode(r *Relay) mode {
+	switch r.cfg.Mode {
+	case outbox.ModeOrdered:
+		return newOrdered(r)
+	case outbox.ModePartitioned:
+		return newPartitioned(r)
+	}
+	return newUnordered(r)
+}
+
+// switchStatements are what a switch of schema from one mode to another
+// runs, with producers held out, once the new mode is recorded: lanes are
+// opened for every key with rows when entering ordered mode and dropped
+// otherwise, and nobody owns a bucket outside partitioned mode (epochs go
+// on).
+func switchStatements(schema string, from, to outbox.Mode) []string {
+	lanes := queryLanesClear
+	if to == outbox.ModeOrdered {
+		lanes = queryLanesBackfill
+	}
+	s := []string{render(lanes, schema, nil)}
+	if from == outbox.ModePartitioned {
+		s = append(s, buckets.ResetStatement(outbox.QuoteSchema(schema)))
+	}
+	return s
+}

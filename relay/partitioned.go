@@ -1,0 +1,269 @@
+package relay
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/internal/buckets"
+)
+
+// partitioned gives each relay a share of the 64 buckets (the buckets
+// package keeps it): a row's bucket follows from its key (its id when it
+// has none), only the bucket's owner claims and settles its rows, and a
+// key's rows are delivered in insert order, pipelined (deliverInKeyOrder).
+// See doc.go.
+type partitioned struct {
+	r      *Relay
+	owner  *buckets.Owner
+	held   *heldKeys
+	claims [2]string // [1] with held keys
+	settle settleStatements
+	// failing follows the owner's failed rounds, for the log.
+	failing reminder
+}
+
+// backlogBuckets is how many buckets a claim walks during a backlog: each
+// bucket walked costs the claim a scan of its own (a 200k burst drained 13%
+// faster with 16 at a time than with all 64).
+const backlogBuckets = 16
+
+func newPartitioned(r *Relay) *partitioned {
+	s := r.cfg.Schema
+	for _, change := range buckets.Changes {
+		r.metrics.BucketChanges.WithLabelValues(change)
+	}
+	m := &partitioned{
+		r:      r,
+		held:   newHeldKeys(),
+		claims: [2]string{renderBucketsClaim(s, false), renderBucketsClaim(s, true)},
+		settle: renderSettle(s, settleSlots{fenceCTE: bucketFenceCTE, fence: bucketFence}, true),
+	}
+	m.settle.dropped = "rows were claimed again, or their buckets are no longer this relay's, before it settled them; their outcome here is dropped and the bucket's owner delivers them"
+	m.owner = buckets.NewOwner(buckets.Config{
+		DB: r.pool, Schema: s, QuotedSchema: outbox.QuoteSchema(s), RelayID: r.cfg.ID, RowLease: r.cfg.Lease,
+		Heartbeat: func(ctx context.Context, tx pgx.Tx) error {
+			_, err := r.heartbeat(ctx, tx)
+			return err
+		},
+		Logger: r.log,
+		Hooks: buckets.Hooks{
+			Changed:    func(change string, n int) { r.metrics.BucketChanges.WithLabelValues(change).Add(float64(n)) },
+			HandedOver: func(d time.Duration) { r.metrics.BucketHandovers.Observe(d.Seconds()) },
+			Owned:      func(n int) { r.metrics.BucketsOwned.Set(float64(n)) },
+			Round:      m.roundDone,
+		},
+	})
+	return m
+}
+
+// claimers returns two loops that claim from the owned buckets. Each
+// relay sees only its buckets' part of a stream, which a claim often finds
+// empty while the stream goes on: one loop looks again soon (eagerPause)
+// until a whole poll interval has passed without rows, as a loop of the
+// other modes does while it finds rows. The other helps with backlogs.
+func (m *partitioned) claimers() []claimer {
+	lead := m.claimer()
+	lead.eagerPause = m.eagerPause
+	return []claimer{lead, m.claimer()}
+}
+
+// eagerPause is how long the eager claim loop waits after an empty claim
+// while its buckets had rows within a poll interval: a tenth of
+// PollInterval with one or two relays alive, and proportionally longer with
+// more, so that the fleet's claims while a stream flows do not grow with
+// its size (each claim costs the database the same, and finds fewer rows
+// when more relays share the stream).
+func (m *partitioned) eagerPause() time.Duration {
+	return m.r.cfg.PollInterval / 10 * time.Duration(max(1, m.owner.Alive()/2))
+}
+
+// claimer returns a claim loop that claims from the owned buckets, each
+// giving its share of the batch (larger for buckets that keep filling
+// theirs), and leaves out the keys a claim held back. After a full batch (a
+// backlog) it claims from backlogBuckets of them at a time, in turn, so
+// that every bucket still gets its turn.
+func (m *partitioned) claimer() claimer {
+	backlog := false // the loop's last claim was full
+	claim := func(ctx context.Context, req claimRequest) ([]claimed, error) {
+		most := 0
+		if backlog {
+			most = backlogBuckets
+		}
+		c := m.owner.Claimable(req.limit, most)
+		if len(c.Buckets) == 0 {
+			return nil, nil
+		}
+		held := m.held.current(time.Now())
+		args := m.r.claimArgs(req)
+		args["buckets"], args["epochs"], args["shares"] = c.Buckets, c.Epochs, c.Shares
+		stmt := m.claims[0]
+		if len(held) > 0 {
+			args["held_keys"] = held
+			stmt = m.claims[1]
+		}
+		batch, keys, err := m.r.claimRows(ctx, stmt, args, req.limit, "claim rows of owned buckets")
+		rows := make([]int32, len(batch))
+		for i := range batch {
+			// The epoch the claim checked, even if the bucket changed
+			// hands since: the settle's fence must present it.
+			batch[i].epoch = c.Epoch(batch[i].bucket)
+			rows[i] = batch[i].bucket
+		}
+		m.owner.Claimed(c, rows)
+		m.held.hold(keys, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		backlog = len(batch) == req.limit
+		if len(batch) > 0 && m.r.log.Enabled(ctx, slog.LevelDebug) {
+			m.r.log.Debug("claimed rows of owned buckets", "num_rows", len(batch), "fences", fences(batch))
+		}
+		return batch, nil
+	}
+	return claimer{what: "rows of owned buckets", claim: claim}
+}
+
+// fences lists the buckets of batch with the epochs they were claimed
+// under, as "bucket:epoch" in bucket order, for the debug log that tests
+// read to check that no bucket is processed by two relays at once.
+func fences(batch []claimed) string {
+	seen := map[int32]int64{}
+	for i := range batch {
+		seen[batch[i].bucket] = batch[i].epoch
+	}
+	ids := make([]int32, 0, len(seen))
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.Itoa(int(id)) + ":" + strconv.FormatInt(seen[id], 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (m *partitioned) deliver(ctx context.Context, d *delivery) { deliverInKeyOrder(ctx, d) }
+
+func (m *partitioned) settleStatements() settleStatements { return m.settle }
+
+// fence returns the distinct (bucket, epoch) pairs of items, with the
+// relay's id: a settle touches a row only while its bucket is still this
+// relay's under the epoch it was claimed under.
+func (m *partitioned) fence(items []outcome) pgx.StrictNamedArgs {
+	seen := map[buckets.Fence]bool{}
+	var ids []int32
+	var epochs []int64
+	for i := range items {
+		f := buckets.Fence{Bucket: items[i].bucket, Epoch: items[i].epoch}
+		if !seen[f] {
+			seen[f] = true
+			ids, epochs = append(ids, f.Bucket), append(epochs, f.Epoch)
+		}
+	}
+	return pgx.StrictNamedArgs{"relay_id": m.r.cfg.ID, "fence_buckets": ids, "fence_epochs": epochs}
+}
+
+// settled tells the owner that the rows of items are no longer in flight
+// and lets their keys' next rows be claimed.
+func (m *partitioned) settled(items []outcome) {
+	rows := make([]buckets.Fence, len(items))
+	for i := range items {
+		rows[i] = buckets.Fence{Bucket: items[i].bucket, Epoch: items[i].epoch}
+	}
+	m.owner.Settled(rows)
+	m.held.release(items)
+}
+
+// run keeps the relay's share of the buckets until ctx ends, then releases
+// them.
+func (m *partitioned) run(ctx context.Context) { m.owner.Run(ctx) }
+
+// roundDone logs the owner's failed rounds, once when they begin, then as
+// reminders, and when they work again.
+func (m *partitioned) roundDone(err error) {
+	now := time.Now()
+	switch {
+	case err != nil && m.failing.begin(now):
+		m.r.log.Error("cannot renew or rebalance buckets; claims stop for each bucket whose lease runs short", "err", redactConnError(err))
+	case err != nil && m.failing.due(now):
+		m.r.log.Error("still cannot renew or rebalance buckets", "for", now.Sub(m.failing.since).Round(time.Second), "err", redactConnError(err))
+	case err == nil && !m.failing.since.IsZero():
+		m.r.log.Info("renewing buckets again", "failed_for", m.failing.end(now).Round(time.Millisecond))
+	}
+}
+
+func (m *partitioned) countDue(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) (bool, error) {
+	return false, m.r.countDueRows(ctx, add)
+}
+
+// heldKeys are the keys the claims of this relay hold back
+// (queryBucketsClaim), until when.
+type heldKeys struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+// maxHeldKeys bounds the keys a claim is told to leave out (keys are
+// producers' data, up to 1000 characters each): beyond it, a random subset
+// each claim, as map iteration gives them.
+const maxHeldKeys = 1000
+
+// heldAtLeast is the least time a key is held: while it is, the claim
+// takes its oldest row alone, which is what moves a key whose oldest row is
+// due but sorts after its others.
+const heldAtLeast = time.Second
+
+func newHeldKeys() *heldKeys { return &heldKeys{until: map[string]time.Time{}} }
+
+// current returns the keys held at now (at most maxHeldKeys) and forgets
+// those whose time is over.
+func (h *heldKeys) current(now time.Time) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var keys []string
+	for k, until := range h.until {
+		if now.Before(until) {
+			if len(keys) < maxHeldKeys {
+				keys = append(keys, k)
+			}
+		} else {
+			delete(h.until, k)
+		}
+	}
+	return keys
+}
+
+// hold holds the keys a claim reported until their time, and at least
+// heldAtLeast from now.
+func (h *heldKeys) hold(keys []heldKey, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	least := now.Add(heldAtLeast)
+	for _, k := range keys {
+		until := k.until
+		if until.Before(least) {
+			until = least
+		}
+		h.until[k.key] = until
+	}
+}
+
+// release lets go of the keys of settled outcomes.
+func (h *heldKeys) release(items []outcome) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range items {
+		if items[i].key != "" {
+			delete(h.until, items[i].key)
+		}
+	}
+}
