@@ -124,8 +124,16 @@ func (s *State) Claimable(limit, most int) Claim {
 func (s *State) Claimed(c Claim, rows []int32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, id := range c.Buckets {
-		if o := s.owned[id]; o != nil {
+	// A bucket lost and acquired again while the claim ran is another
+	// ownership, under another epoch: the claim counted on the old one.
+	current := func(i int) *owned {
+		if o := s.owned[c.Buckets[i]]; o != nil && o.epoch == c.Epochs[i] {
+			return o
+		}
+		return nil
+	}
+	for i := range c.Buckets {
+		if o := current(i); o != nil {
 			o.claiming--
 			defer s.signalIfDrained(o)
 		}
@@ -138,7 +146,7 @@ func (s *State) Claimed(c Claim, rows []int32) {
 		}
 	}
 	for i, id := range c.Buckets {
-		o := s.owned[id]
+		o := current(i)
 		if o == nil || c.Shares[i] == 0 {
 			continue
 		}
