@@ -39,6 +39,9 @@ type claimed struct {
 	epoch  int64
 }
 
+// tag returns c's claimTag.
+func (c *claimed) tag() claimTag { return claimTag{seq: c.seq, bucket: c.bucket, epoch: c.epoch} }
+
 // heldKey is a key a claim reports without claiming its rows: a lane found
 // empty (queryLanesClaim), or a key whose older row is elsewhere (in
 // flight, backing off) until about until (queryBucketsClaim).

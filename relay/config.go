@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -118,73 +119,37 @@ type Config struct {
 
 // withDefaults returns c with every zero value replaced by its default.
 func (c Config) withDefaults() Config {
-	if c.Schema == "" {
-		c.Schema = outbox.DefaultSchema
-	}
-	if c.ID == "" {
-		host, _ := os.Hostname()
-		if host == "" {
-			host = "relay"
-		}
-		c.ID = host + "-" + strconv.Itoa(os.Getpid())
-	}
-	if c.Mode == "" {
-		c.Mode = outbox.ModeUnordered
-	}
-	if c.Version == "" {
-		c.Version = "dev"
-	}
+	c.Schema = cmp.Or(c.Schema, outbox.DefaultSchema)
+	c.ID = cmp.Or(c.ID, defaultID())
+	c.Mode = cmp.Or(c.Mode, outbox.ModeUnordered)
+	c.Version = cmp.Or(c.Version, "dev")
 	if c.DefaultSink == "" && len(c.Sinks) == 1 {
 		for name := range c.Sinks {
 			c.DefaultSink = name
 		}
 	}
-	if c.BatchSize == 0 {
-		c.BatchSize = BatchSizeDefault
-	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = 4 * c.BatchSize
-	}
-	if c.MaxInFlightBytes == 0 {
-		c.MaxInFlightBytes = MaxInFlightBytesDefault
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = PollIntervalDefault
-	}
-	if c.Lease == 0 {
-		c.Lease = LeaseDefault
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = MaxAttemptsDefault
-	}
-	if c.BackoffMin == 0 {
-		c.BackoffMin = BackoffMinDefault
-	}
-	if c.BackoffMax == 0 {
-		c.BackoffMax = BackoffMaxDefault
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = DrainTimeoutDefault
-	}
-	if c.ArchiveRetention == 0 {
-		c.ArchiveRetention = ArchiveRetentionDefault
-	}
-	if c.DedupRetention == 0 {
-		c.DedupRetention = DedupRetentionDefault
-	}
-	if c.StallAfter == 0 {
-		c.StallAfter = StallAfterDefault
-	}
-	if c.StatsInterval == 0 {
-		c.StatsInterval = StatsIntervalDefault
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Metrics == nil {
-		c.Metrics = NewMetrics()
-	}
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, 4*c.BatchSize)
+	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, MaxInFlightBytesDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.Lease = cmp.Or(c.Lease, LeaseDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.BackoffMin = cmp.Or(c.BackoffMin, BackoffMinDefault)
+	c.BackoffMax = cmp.Or(c.BackoffMax, BackoffMaxDefault)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
+	c.ArchiveRetention = cmp.Or(c.ArchiveRetention, ArchiveRetentionDefault)
+	c.DedupRetention = cmp.Or(c.DedupRetention, DedupRetentionDefault)
+	c.StallAfter = cmp.Or(c.StallAfter, StallAfterDefault)
+	c.StatsInterval = cmp.Or(c.StatsInterval, StatsIntervalDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Metrics = cmp.Or(c.Metrics, NewMetrics())
 	return c
+}
+
+// defaultID is hostname-pid.
+func defaultID() string {
+	host, _ := os.Hostname()
+	return cmp.Or(host, "relay") + "-" + strconv.Itoa(os.Getpid())
 }
 
 // validate reports the first setting out of range, naming the field.

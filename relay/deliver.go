@@ -247,6 +247,34 @@ func (d *delivery) send(dctx, ctx context.Context, pending []int) (notAttempted 
 	return notAttempted
 }
 
+// outcomeOf classifies the result of delivering m under claim t.
+func (r *Relay) outcomeOf(m *sinks.Message, t claimTag, sink string, err error, shuttingDown bool) outcome {
+	o := newOutcome(m, t, sink)
+	switch {
+	case err == nil:
+		o.kind = kindDelivered
+	case sinks.IsPermanent(err):
+		o.kind, o.reason, o.err = kindDead, outbox.ReasonPermanent, errorText(err)
+	case shuttingDown && errors.Is(err, context.Canceled):
+		o.kind = kindRelease // claimable again at once, by any relay
+	case errors.Is(err, sinks.ErrNotAttempted):
+		// The sink did not try (paused, disconnected, out of time): back
+		// without spending an attempt, after a pause, so that a sink that
+		// keeps refusing does not turn claims into a busy loop.
+		o.kind, o.delay = kindRelease, r.cfg.BackoffMin
+	case m.Attempt >= r.cfg.MaxAttempts:
+		o.kind, o.reason = kindDead, outbox.ReasonExhausted
+		o.err = fmt.Sprintf("after %d attempts: %s", m.Attempt, errorText(err))
+	default:
+		o.kind, o.err = kindRetry, errorText(err)
+		o.delay = backoff(m.Attempt, r.cfg.BackoffMin, r.cfg.BackoffMax)
+		if after, ok := sinks.RetryDelay(err); ok && after > o.delay {
+			o.delay = after
+		}
+	}
+	return o
+}
+
 // notAttemptedRetryMin is the least time left before the deadline for
 // which the relay waits for a sink to be available again rather than
 // releasing the rows it did not attempt.

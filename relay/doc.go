@@ -57,9 +57,19 @@
 // back later. In ordered mode each key's rows are first accepted in id
 // order, one at a time; in partitioned mode too, pipelined within a batch.
 //
+// # Modes
+//
+// What differs between the delivery modes (Config.Mode) is one value
+// behind a small interface (modes.go), one file per mode: which claim loops
+// run, how a claimed batch is delivered (at once, or in waves that keep
+// each key's order), the fence its settles carry, what a settle sets off,
+// the mode's own background work and gauges. The engine (claim.go,
+// deliver.go, settle.go, stats.go) calls it and never branches on the
+// mode. The final SQL of every mode is in testdata/<mode>/.
+//
 // # Ordered mode
 //
-// With Config.Ordered, each key with rows has a lane (the lanes table),
+// In ordered mode (ordered.go), each key with rows has a lane (the lanes table),
 // opened by a statement-level trigger when a producer inserts. Keyed rows are
 // claimed through their lanes (queryLanesClaim): a claim locks due lanes SKIP
 // LOCKED and leases each one's head, its oldest row, so at most one row per
@@ -75,21 +85,17 @@
 //
 // # Partitioned mode
 //
-// With Config.Partitioned, every row belongs to one of 64 buckets
-// (messages_bucket: its key's hash, or its id when it has none; an index
-// built when the schema switches to the mode serves the per-bucket claim),
-// and each bucket has at most one owner, recorded in the buckets table with
-// an epoch and a lease (buckets.go). Every renewal interval (Lease/10,
-// between 100 ms and 1 s) a relay runs one round, in a transaction that
-// holds the schema's bucket lock: it records its heartbeat, renews the
-// leases of the buckets it still holds (those it does not are lost),
-// computes its share of the 64 over the relays alive, ordered by id, and
-// then either gives up its excess or acquires free buckets (released, or
-// whose lease ran out) up to its share, each acquisition incrementing the
-// bucket's epoch. A bucket given up is no longer claimed from; it is
-// released once the claims under way and the rows in flight in it are done
-// (or their leases over). At shutdown, once everything is settled, the
-// relay releases every bucket.
+// In partitioned mode (partitioned.go), every row belongs to one of 64
+// buckets (messages_bucket: its key's hash, or its id when it has none; an
+// index built when the schema switches to the mode serves the per-bucket
+// claim), and each bucket has at most one owner, recorded in the buckets
+// table with an epoch and a lease. Package relay/internal/buckets holds
+// the lease protocol: every renewal interval (Lease/10, between 100 ms and
+// 1 s) a relay runs one round that renews its buckets, computes its share
+// of the 64 over the relays alive and gives up its excess or acquires free
+// buckets up to its share, each acquisition incrementing the bucket's
+// epoch. At shutdown, once everything is settled, the relay releases every
+// bucket.
 //
 // Fencing: a claim (queryBucketsClaim) takes rows only from the buckets the
 // table names this relay as owner of, with the epoch the relay acquired and

@@ -1,13 +1,9 @@
 package relay
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
@@ -39,8 +35,8 @@ type outcome struct {
 	delay   time.Duration // kindRetry
 	reason  string        // kindDead
 	err     string        // kindRetry, kindDead
-	// Partitioned mode: the row's key, bucket, and the epoch it was
-	// claimed under (the settle's fence).
+	// The row's key, bucket, and the epoch it was claimed under (the
+	// settle's fence, where rows are claimed by bucket).
 	key    string
 	bucket int32
 	epoch  int64
@@ -80,50 +76,19 @@ func outcomeLabel(k outcomeKind) string {
 }
 
 // claimTag is what a row's settle must present of the claim that leased
-// it: its claim_seq, and in partitioned mode the bucket and the epoch the
-// relay owned it under.
+// it: its claim_seq, and where rows are claimed by bucket, the bucket and
+// the epoch the relay owned it under.
 type claimTag struct {
 	seq    int32
 	bucket int32
 	epoch  int64
 }
 
-// tag returns c's claimTag.
-func (c *claimed) tag() claimTag { return claimTag{seq: c.seq, bucket: c.bucket, epoch: c.epoch} }
-
 // newOutcome returns the outcome of m, claimed under t, for sink, without
 // its kind.
 func newOutcome(m *sinks.Message, t claimTag, sink string) outcome {
 	return outcome{id: m.ID, seq: t.seq, attempt: m.Attempt, sink: sink, size: len(m.Payload),
 		key: m.Key, bucket: t.bucket, epoch: t.epoch}
-}
-
-// outcomeOf classifies the result of delivering m under claim t.
-func (r *Relay) outcomeOf(m *sinks.Message, t claimTag, sink string, err error, shuttingDown bool) outcome {
-	o := newOutcome(m, t, sink)
-	switch {
-	case err == nil:
-		o.kind = kindDelivered
-	case sinks.IsPermanent(err):
-		o.kind, o.reason, o.err = kindDead, outbox.ReasonPermanent, errorText(err)
-	case shuttingDown && errors.Is(err, context.Canceled):
-		o.kind = kindRelease // claimable again at once, by any relay
-	case errors.Is(err, sinks.ErrNotAttempted):
-		// The sink did not try (paused, disconnected, out of time): back
-		// without spending an attempt, after a pause, so that a sink that
-		// keeps refusing does not turn claims into a busy loop.
-		o.kind, o.delay = kindRelease, r.cfg.BackoffMin
-	case m.Attempt >= r.cfg.MaxAttempts:
-		o.kind, o.reason = kindDead, outbox.ReasonExhausted
-		o.err = fmt.Sprintf("after %d attempts: %s", m.Attempt, errorText(err))
-	default:
-		o.kind, o.err = kindRetry, errorText(err)
-		o.delay = backoff(m.Attempt, r.cfg.BackoffMin, r.cfg.BackoffMax)
-		if after, ok := sinks.RetryDelay(err); ok && after > o.delay {
-			o.delay = after
-		}
-	}
-	return o
 }
 
 // errorText is err as it is stored with a row: valid UTF-8 without NUL

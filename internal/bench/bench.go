@@ -1,7 +1,7 @@
 // Package bench measures the relay on a real PostgreSQL and NATS server: the
 // drain rate of a preloaded backlog, or commit-to-ack latency under a steady
-// producer. It prints one JSON line shaped like ../shared/refloop's, so the
-// two can be compared run by run.
+// producer. It prints one JSON line per run (Result), so that runs can be
+// compared with each other and with other relays measured the same way.
 package bench
 
 import (
@@ -75,10 +75,9 @@ type Options struct {
 	Keys int
 	// Burst, in backlog mode, gives every row of the backlog the same
 	// available_at, a second before the load (the database's clock), as a
-	// batch of renewals all due at midnight would have: the shape of
-	// refloop's -burst. Otherwise the rows take the column's default, now()
-	// of the loading transaction, which is one shared timestamp too (refloop
-	// without -burst spreads its rows a microsecond apart).
+	// batch of renewals all due at midnight would have. Otherwise the rows
+	// take the column's default, now() of the loading transaction, which is
+	// one shared timestamp too.
 	Burst bool
 	// Replicas is the number of relays run at once (default 1), each with
 	// its own pool of relay.PoolSize connections, its own NATS connection
@@ -377,8 +376,7 @@ func (s *timingSink) Available() error {
 }
 
 // latencies holds, per event (its idempotency key is its sequence number),
-// when the producer's commit returned and when the ack came: the same basis
-// as refloop's steady mode.
+// when the producer's commit returned and when the ack came.
 type latencies struct {
 	commit, acked []atomic.Int64
 }
@@ -446,7 +444,7 @@ func counts(ctx context.Context, pool *pgxpool.Pool, schema string) (left, archi
 }
 
 // Payload returns a JSON object of exactly size bytes (when size >= 64)
-// carrying seq, the same shape refloop sends.
+// carrying seq.
 func Payload(seq int64, size int) []byte {
 	head := `{"seq":` + strconv.FormatInt(seq, 10) + `,"type":"order.created","tenant":"t-42","pad":"`
 	tail := `"}`

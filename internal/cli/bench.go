@@ -38,7 +38,7 @@ func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
 	ordered := fs.Bool("ordered", false, "run the relay in ordered mode (RELAY_ORDERED=true)")
 	partitioned := fs.Bool("partitioned", false, "run the relay in partitioned mode (RELAY_MODE=partitioned); excludes -ordered")
 	replicas := fs.Int("replicas", 1, fmt.Sprintf("relays to run at once, 1 to %d, each with its own pool and NATS connection", bench.MaxReplicas))
-	burst := fs.Bool("burst", false, "backlog mode: give every row the same available_at (a second before the load), as refloop's -burst does")
+	burst := fs.Bool("burst", false, "backlog mode: give every row the same available_at (a second before the load), as a batch all due at midnight would")
 	notify := fs.Bool("notify", false, "wake the relay on inserts (RELAY_NOTIFY=true)")
 	schema := fs.String("schema", "outbox_bench", "scratch schema (created by the benchmark, dropped by its next run)")
 	batch := fs.Int("batch", 0, "RELAY_BATCH_SIZE to use (0 = default)")

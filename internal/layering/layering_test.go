@@ -1,5 +1,5 @@
-// Package layering holds the test that keeps the import rules of
-// ../shared/DESIGN.md true: main → internal/cli → relay → sinks → outbox,
+// Package layering holds the test that keeps the package layout's import
+// rules true: main → internal/cli → relay → sinks → outbox,
 // sinks never import relay, outbox imports nothing of ours, bucket
 // ownership (relay/internal/buckets) knows nothing of the relay, and the
 // shipped binary links no test-only package.
