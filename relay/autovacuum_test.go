@@ -31,7 +31,7 @@ func TestAutovacuum_OffIsWarnedAbout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.checkAutovacuum(context.Background())
+		checkAutovacuum(context.Background(), r.pool, r.q.autovacuum, r.cfg.Schema, r.log)
 		return out.String()
 	}
 

@@ -97,27 +97,19 @@ func (f *failureLog) log(log *slog.Logger, sink string) {
 	}
 }
 
-// failureLogLoop logs the failures gathered for each sink every
-// failureLogInterval until ctx ends; Run logs the last ones after the
-// deliveries end.
-func (r *Relay) failureLogLoop(ctx context.Context) {
-	t := time.NewTicker(failureLogInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.logFailures()
-		}
-	}
-}
-
 // failureLogs holds a failureLog per sink, or per destination for rows
-// whose destination is not a configured sink.
+// whose destination is not a configured sink, and logs them.
 type failureLogs struct {
+	log *slog.Logger
+	// configured are the sinks whose logs are kept once logged.
+	configured map[string]sinks.Sink
+
 	mu     sync.Mutex
 	bySink map[string]*failureLog
+}
+
+func newFailureLogs(log *slog.Logger, configured map[string]sinks.Sink) *failureLogs {
+	return &failureLogs{log: log, configured: configured, bySink: map[string]*failureLog{}}
 }
 
 // of returns the failure log of sink.
@@ -132,19 +124,34 @@ func (l *failureLogs) of(sink string) *failureLog {
 	return f
 }
 
-// logFailures logs the failures gathered for each sink. The logs of
-// destinations that are not configured sinks (row data) are dropped once
-// logged, so that they cannot pile up.
-func (r *Relay) logFailures() {
-	r.failures.mu.Lock()
-	logs := maps.Clone(r.failures.bySink)
-	for name := range r.failures.bySink {
-		if _, ok := r.cfg.Sinks[name]; !ok {
-			delete(r.failures.bySink, name)
+// loop logs the failures gathered for each sink every failureLogInterval
+// until ctx ends; Run logs the last ones after the deliveries end.
+func (l *failureLogs) loop(ctx context.Context) {
+	t := time.NewTicker(failureLogInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			l.logAll()
 		}
 	}
-	r.failures.mu.Unlock()
+}
+
+// logAll logs the failures gathered for each sink. The logs of
+// destinations that are not configured sinks (row data) are dropped once
+// logged, so that they cannot pile up.
+func (l *failureLogs) logAll() {
+	l.mu.Lock()
+	logs := maps.Clone(l.bySink)
+	for name := range l.bySink {
+		if _, ok := l.configured[name]; !ok {
+			delete(l.bySink, name)
+		}
+	}
+	l.mu.Unlock()
 	for _, name := range slices.Sorted(maps.Keys(logs)) {
-		logs[name].log(r.log, name)
+		logs[name].log(l.log, name)
 	}
 }

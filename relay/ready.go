@@ -1,14 +1,11 @@
 package relay
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"regexp"
 	"sync"
 	"time"
-
-	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
 // readyTimeout bounds the database ping of a readiness check.
@@ -16,39 +13,6 @@ const readyTimeout = 2 * time.Second
 
 // errDraining is the readiness of a relay that is shutting down.
 var errDraining = errors.New("draining: shutting down")
-
-// Ready reports whether the relay can do its work: it is not draining, the
-// database answers, claims have not been failing for claimsFailingFor, and
-// every sink is available and delivering (not stalled: connected, but
-// every attempt failing for stallAfter). Its error names no database user
-// or name.
-func (r *Relay) Ready(ctx context.Context) error {
-	if r.draining.Load() {
-		return errDraining
-	}
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	if err := r.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("database: %s", redactConnError(err))
-	}
-	now := time.Now()
-	for i := range r.claimHealth {
-		if err := r.claimHealth[i].check(now); err != nil {
-			return err
-		}
-	}
-	for name, s := range r.cfg.Sinks {
-		if a, ok := s.(sinks.Availability); ok {
-			if err := a.Available(); err != nil {
-				return fmt.Errorf("sink %s: %w", name, err)
-			}
-		}
-		if err := r.watches[name].stall(now); err != nil {
-			return fmt.Errorf("sink %s: connected but %w", name, err)
-		}
-	}
-	return nil
-}
 
 // claimsFailingFor is how long a claim loop's claims may keep failing
 // before the relay reports itself not ready.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
 // settleGrace is how long settling may go on after the drain timeout at
@@ -47,8 +48,8 @@ type Relay struct {
 	// (Config.Notify; notify.go).
 	notified *broadcast
 	// failures gathers each sink's failed deliveries for the log
-	// (failureLogLoop).
-	failures failureLogs
+	// (failureLogs.loop).
+	failures *failureLogs
 }
 
 // New returns a relay over pool, which must reach a database migrated by
@@ -59,16 +60,17 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		return nil, fmt.Errorf("relay config: %w", err)
 	}
 	cfg.Metrics.exportSeries(slices.Collect(maps.Keys(cfg.Sinks)))
+	log := cfg.Logger.With("relay_id", cfg.ID)
 	r := &Relay{
 		cfg:      cfg,
 		pool:     pool,
 		q:        renderQueries(cfg.Schema),
-		log:      cfg.Logger.With("relay_id", cfg.ID),
+		log:      log,
 		metrics:  cfg.Metrics,
 		inflight: newInFlight(cfg.MaxInFlight, cfg.MaxInFlightBytes),
 		settleCh: make(chan []outcome, 64),
 		notified: newBroadcast(),
-		failures: failureLogs{bySink: map[string]*failureLog{}},
+		failures: newFailureLogs(log, cfg.Sinks),
 	}
 	r.mode = newMode(r)
 	r.settleSQL = r.mode.settleStatements()
@@ -117,7 +119,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	var background sync.WaitGroup
 	background.Go(func() { r.statsLoop(runCtx) })
 	background.Go(func() { r.retentionLoop(runCtx) })
-	background.Go(func() { r.failureLogLoop(runCtx) })
+	background.Go(func() { r.failures.loop(runCtx) })
 	if r.cfg.Notify {
 		background.Go(func() { r.listenLoop(runCtx) })
 	}
@@ -130,7 +132,7 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	r.log.Info("relay started", "schema", r.cfg.Schema, "mode", r.cfg.Mode, "sinks", slices.Sorted(maps.Keys(r.cfg.Sinks)),
 		"default_sink", r.cfg.DefaultSink, "batch_size", r.cfg.BatchSize, "lease", r.cfg.Lease)
-	r.checkAutovacuum(runCtx)
+	checkAutovacuum(runCtx, r.pool, r.q.autovacuum, r.cfg.Schema, r.log)
 	var claiming sync.WaitGroup
 	for i, c := range r.mode.claimers() {
 		claiming.Go(func() { r.claimLoop(runCtx, deliverCtx, c, &r.claimHealth[i]) })
@@ -152,10 +154,43 @@ func (r *Relay) Run(ctx context.Context) error {
 	moding.Wait()
 	stop(nil)
 	background.Wait()
-	r.logFailures()
+	r.failures.logAll()
 	r.log.Info("relay stopped")
 	if err := context.Cause(runCtx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
+	}
+	return nil
+}
+
+// Ready reports whether the relay can do its work: it is not draining, the
+// database answers, claims have not been failing for claimsFailingFor, and
+// every sink is available and delivering (not stalled: connected, but
+// every attempt failing for stallAfter). Its error names no database user
+// or name.
+func (r *Relay) Ready(ctx context.Context) error {
+	if r.draining.Load() {
+		return errDraining
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	if err := r.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database: %s", redactConnError(err))
+	}
+	now := time.Now()
+	for i := range r.claimHealth {
+		if err := r.claimHealth[i].check(now); err != nil {
+			return err
+		}
+	}
+	for name, s := range r.cfg.Sinks {
+		if a, ok := s.(sinks.Availability); ok {
+			if err := a.Available(); err != nil {
+				return fmt.Errorf("sink %s: %w", name, err)
+			}
+		}
+		if err := r.watches[name].stall(now); err != nil {
+			return fmt.Errorf("sink %s: connected but %w", name, err)
+		}
 	}
 	return nil
 }
