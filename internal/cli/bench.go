@@ -50,10 +50,10 @@ func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	shape := bench.Options{Mode: *mode, Replicas: *replicas, Burst: *burst, Relay: relay.Config{Mode: benchMode(*ordered, *partitioned)}}
 	if *ordered && *partitioned {
 		return usageError{errors.New("-ordered and -partitioned exclude each other: a schema runs one mode")}
 	}
+	shape := bench.Options{Mode: *mode, Replicas: *replicas, Burst: *burst, Relay: relay.Config{Mode: benchMode(*ordered, *partitioned)}}
 	if err := shape.Validate(); err != nil || *replicas < 1 {
 		return usageError{cmp.Or(err, fmt.Errorf("-replicas %d: want 1 to %d", *replicas, bench.MaxReplicas))}
 	}
@@ -105,7 +105,7 @@ func benchOptions(inv *Invocation, schema string) (bench.Options, error) {
 }
 
 // benchMode is the mode the bench command's -ordered and -partitioned ask
-// for (they exclude each other).
+// for (cmdBench refuses both at once).
 func benchMode(ordered, partitioned bool) outbox.Mode {
 	switch {
 	case ordered:
