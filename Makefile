@@ -1,4 +1,5 @@
-# Conveniences; CI runs .ci/run, which needs nothing but Go (and installs PostgreSQL).
+# Conveniences; CI runs .ci/run, which needs nothing but Go and make (and installs
+# PostgreSQL, RabbitMQ and promtool).
 
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/outbox_bench?sslmode=disable
 NATS_URL ?= nats://127.0.0.1:4222
@@ -9,7 +10,10 @@ REFLOOP ?= ../shared/refloop
 build:
 	.ci/build bin/outbox-relay
 
+# The README's test command: what the tests need beyond Go made present
+# (.ci/prerequisites: PostgreSQL, RabbitMQ, promtool), then the whole suite.
 test:
+	bash .ci/prerequisites
 	go test -race ./...
 
 ci:

@@ -30,15 +30,21 @@
 BEGIN;
 
 -- Producers (your application) insert rows and do nothing else: they cannot
--- read, change or delete pending rows, nor see what was delivered. The
--- insert triggers that open ordered-mode lanes and send the RELAY_NOTIFY
--- wake-up are SECURITY DEFINER, and the id is an identity column, whose
--- sequence PostgreSQL advances without a privilege check: producers need no
--- grant on the lanes, the relays or the sequence. INSERT … ON CONFLICT
--- (idempotency_key) DO NOTHING reads the key's column, hence SELECT on that
--- one column (add id to it for INSERT … RETURNING id).
+-- read, change or delete pending rows, nor see what was delivered. They may
+-- write the columns of the insert contract and no other (the relay's
+-- columns, id and created_at are the database's: the insert guard sets them
+-- whatever an insert writes, and this grant refuses them outright; the
+-- REVOKE takes back the whole-table grant of earlier versions). The insert
+-- guard, which takes the id from the sequence, and the triggers that open
+-- ordered-mode lanes and send the RELAY_NOTIFY wake-up are SECURITY
+-- DEFINER: producers need no grant on the sequence, the lanes or the
+-- relays. INSERT … ON CONFLICT (idempotency_key) DO NOTHING reads the key's
+-- column, hence SELECT on that one column (add id to it for INSERT …
+-- RETURNING id).
 GRANT USAGE ON SCHEMA :"schema" TO :"producer";
-GRANT INSERT ON :"schema".messages TO :"producer";
+REVOKE INSERT ON :"schema".messages FROM :"producer";
+GRANT INSERT (topic, payload, key, headers, idempotency_key, destination, available_at)
+    ON :"schema".messages TO :"producer";
 GRANT SELECT (idempotency_key) ON :"schema".messages TO :"producer";
 
 -- The relay, run with RELAY_MIGRATE=false: what its statements (relay/sql.go)
@@ -59,6 +65,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".lanes TO :"relay";
 GRANT SELECT, UPDATE ON :"schema".buckets TO :"relay";
 GRANT EXECUTE ON FUNCTION :"schema".lanes_prune(text[]) TO :"relay";
 GRANT EXECUTE ON FUNCTION :"schema".messages_apply_mode() TO :"relay";
+-- A failed row whose id was a dead letter's already is dead-lettered under
+-- the sequence's next id (relay/sql.go, queryMessagesSettle).
+GRANT USAGE ON SEQUENCE :"schema".messages_id_seq TO :"relay";
 
 -- The operator, for `outbox-relay status`, `dead list|retry|purge`, `replay`
 -- and `cancel` (relay/admin/sql.go): it reads every table, puts dead

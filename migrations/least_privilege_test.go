@@ -95,6 +95,36 @@ func TestLeastPrivilege_ProducerInsertsAndNothingElse(t *testing.T) {
 	wantDenied(t, producer, "producer writes lanes", "INSERT INTO "+q+".lanes (key) VALUES ('x')")
 	wantDenied(t, producer, "producer changes the mode", "UPDATE "+q+".relay_mode SET mode = 'unordered'")
 	wantDenied(t, producer, "producer creates a table", "CREATE TABLE "+q+".evil (id int)")
+	wantDenied(t, producer, "producer writes an id", "INSERT INTO "+q+".messages (id, topic, payload) OVERRIDING SYSTEM VALUE VALUES (1, 't', 'x')")
+	wantDenied(t, producer, "producer writes created_at", "INSERT INTO "+q+".messages (topic, payload, created_at) VALUES ('t', 'x', now() - interval '1 day')")
+	wantDenied(t, producer, "producer writes a relay column", "INSERT INTO "+q+".messages (topic, payload, attempts) VALUES ('t', 'x', 99)")
+}
+
+// The table's owner, who may write every column, still cannot choose a
+// row's id or created_at: the insert guard sets them.
+func TestGuard_IDAndCreatedAtAreTheDatabases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := dbtest.New(t)
+	q := migrations.Quote(s.Name)
+	var first int64
+	if err := s.Pool.QueryRow(ctx, "INSERT INTO "+q+".messages (topic, payload) VALUES ('t', 'x') RETURNING id").Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	var old bool
+	err := s.Pool.QueryRow(ctx, "INSERT INTO "+q+".messages (id, topic, payload, created_at) OVERRIDING SYSTEM VALUE VALUES ($1, 't', 'x', now() - interval '1 day') RETURNING id, created_at < now()", first+1000).Scan(&id, &old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != first+1 || old {
+		t.Errorf("insert with id %d and a created_at in the past got id %d (want %d), created_at in the past: %t", first+1000, id, first+1, old)
+	}
+	// Headers past 16 KiB are refused at insert.
+	_, err = s.Pool.Exec(ctx, "INSERT INTO "+q+".messages (topic, payload, headers) VALUES ('t', 'x', jsonb_build_object('x-big', repeat('a', 17000)))")
+	if err == nil || !strings.Contains(err.Error(), "headers must be at most 16384 bytes") {
+		t.Errorf("insert with 17 KB of headers: %v, want refused", err)
+	}
 }
 
 func TestApply_OwnerWithoutCreateOnTheDatabaseMigratesItsSchema(t *testing.T) {

@@ -87,3 +87,42 @@ func TestCurrentVersion_IsZeroOnAnEmptySchema(t *testing.T) {
 		t.Errorf("CurrentVersion = %d, %v; want 0, nil", v, err)
 	}
 }
+
+// A schema of version 7 whose producers chose ids (ahead of the sequence,
+// and the id of a dead letter) migrates in place with its pending rows, and
+// the sequence carries on past every id in use.
+func TestApply_IDsBecomeTheDatabasesInPlace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.NewEmpty(t)
+	conn := db.Conn(t)
+	q := migrations.Quote(db.Name)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+q); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.MigrateTo(ctx, conn, db.Name, 7); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		"INSERT INTO " + q + ".messages (topic, payload) SELECT 't', 'x' FROM generate_series(1, 3)",
+		"INSERT INTO " + q + ".messages (id, topic, payload) OVERRIDING SYSTEM VALUE VALUES (1000, 't', 'chosen')",
+		"INSERT INTO " + q + ".dead_letters (id, topic, payload, idempotency_key, created_at, attempts, reason, error) VALUES (5000, 't', 'x', 'k', now(), 1, 'failed', 'e')",
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if n, err := migrations.Apply(ctx, conn, db.Name); err != nil || n != int(migrations.Latest())-7 {
+		t.Fatalf("Apply = %d, %v", n, err)
+	}
+	var id int64
+	if err := conn.QueryRow(ctx, "INSERT INTO "+q+".messages (topic, payload) VALUES ('t', 'x') RETURNING id").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if id != 5001 {
+		t.Errorf("the first row after the upgrade got id %d, want 5001 (past the dead letter's)", id)
+	}
+	if n := db.Count(t, "messages"); n != 5 {
+		t.Errorf("%d rows in messages after the upgrade, want the 4 pending and the new one", n)
+	}
+}

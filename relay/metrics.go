@@ -21,7 +21,10 @@ type Metrics struct {
 	DeliverDuration *prometheus.HistogramVec
 	SettleDuration  prometheus.Histogram
 	SettleErrors    prometheus.Counter
-	SinkAvailable   *prometheus.GaugeVec
+	SettleIsolated  prometheus.Counter
+	// DeadLettersRenumbered counts rows dead-lettered under a new id.
+	DeadLettersRenumbered prometheus.Counter
+	SinkAvailable         *prometheus.GaugeVec
 
 	Backlog            *prometheus.GaugeVec
 	OldestDueAge       prometheus.Gauge
@@ -96,7 +99,15 @@ func NewMetrics() *Metrics {
 		}),
 		SettleErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Name: "settle_errors_total",
-			Help: "Settle round trips that failed and were retried.",
+			Help: "Settle round trips that failed (retried, or split when refused because of a row).",
+		}),
+		SettleIsolated: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "settle_isolated_rows_total",
+			Help: "Rows whose settle was refused on their own (a constraint or trigger refuses what they hold): they stay leased and are delivered again; the log names them.",
+		}),
+		DeadLettersRenumbered: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "dead_letters_renumbered_total",
+			Help: "Rows dead-lettered under a new id because their id was a dead letter's already.",
 		}),
 		SinkAvailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Name: "sink_available",

@@ -43,6 +43,15 @@ type Relay struct {
 	settleCh   chan []outcome
 	// claimHealth records, per claim loop, since when its claims fail.
 	claimHealth []claimHealth
+	// settleHealth records since when settles fail, and the rows whose
+	// settle is refused on their own.
+	settleHealth *settleHealth
+	// readiness is Ready's last answer, and until when it serves.
+	readiness struct {
+		mu    sync.Mutex
+		until time.Time
+		err   error
+	}
 	// watches follow each sink's availability and deliveries (watch.go).
 	watches map[string]*sinkWatch
 	// notified wakes every claim loop when a producer inserted
@@ -76,6 +85,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	r.mode = newMode(r)
 	r.settleSQL = r.mode.settleStatements()
 	r.claimHealth = make([]claimHealth, len(r.mode.claimers()))
+	r.settleHealth = &settleHealth{refusedFor: 2 * cfg.Lease}
 	r.watches = make(map[string]*sinkWatch, len(cfg.Sinks))
 	for name := range cfg.Sinks {
 		r.watches[name] = &sinkWatch{stallAfter: cfg.StallAfter, lastSuccess: time.Now()}
@@ -164,14 +174,30 @@ func (r *Relay) Run(ctx context.Context) error {
 }
 
 // Ready reports whether the relay can do its work: it is not draining, the
-// database answers, claims have not been failing for claimsFailingFor, and
-// every sink is available and delivering (not stalled: connected, but
-// every attempt failing for stallAfter). Its error names no database user
+// database answers, claims and settles have not been failing for
+// claimsFailingFor, no row's settle was refused lately (settleHealth), and
+// every sink is available and delivering (sinkWatch.ready: not stalled,
+// connected but every attempt failing for stallAfter, nor back from an
+// outage without a delivery since). Its error names no database user
 // or name.
 func (r *Relay) Ready(ctx context.Context) error {
 	if r.draining.Load() {
 		return errDraining
 	}
+	// One check at a time, and its answer serves for readyCacheFor: a
+	// readiness endpoint polled by many clients pings the database once.
+	r.readiness.mu.Lock()
+	defer r.readiness.mu.Unlock()
+	if now := time.Now(); now.Before(r.readiness.until) {
+		return r.readiness.err
+	}
+	err := r.ready(ctx)
+	r.readiness.err, r.readiness.until = err, time.Now().Add(readyCacheFor)
+	return err
+}
+
+// ready checks what Ready reports.
+func (r *Relay) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	if err := r.pool.Ping(ctx); err != nil {
@@ -183,14 +209,16 @@ func (r *Relay) Ready(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := r.settleHealth.check(now); err != nil {
+		return err
+	}
 	for name, s := range r.cfg.Sinks {
+		var available error
 		if a, ok := s.(sinks.Availability); ok {
-			if err := a.Available(); err != nil {
-				return fmt.Errorf("sink %s: %w", name, err)
-			}
+			available = a.Available()
 		}
-		if err := r.watches[name].stall(now); err != nil {
-			return fmt.Errorf("sink %s: connected but %w", name, err)
+		if err := r.watches[name].ready(now, available); err != nil {
+			return fmt.Errorf("sink %s: %w", name, err)
 		}
 	}
 	return nil

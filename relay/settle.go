@@ -2,11 +2,13 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // settleLoop writes down outcomes until in is closed. Whatever has arrived
@@ -44,9 +46,26 @@ func (r *Relay) settleLoop(ctx context.Context, in <-chan []outcome) {
 
 // settleWithRetry settles items, retrying while the database is unreachable
 // and the leases still hold. Giving up loses nothing: the rows are claimed
-// again when their leases expire.
+// again when their leases expire. A settle refused because of what a row
+// holds (settleRefusedByRow) is split until the rows it is refused for are
+// alone, so that one row never keeps the others of its batch from being
+// written down; those rows are reported (isolated).
 func (r *Relay) settleWithRetry(ctx context.Context, items []outcome) {
 	giveUp := time.Now().Add(r.cfg.Lease)
+	err := r.settleUntil(ctx, items, giveUp)
+	switch {
+	case err == nil || !settleRefusedByRow(err):
+	case len(items) == 1:
+		r.isolated(items[0], err)
+	default:
+		r.settleInParts(ctx, items, giveUp)
+	}
+}
+
+// settleUntil settles items, retrying errors until giveUp, but a refusal
+// because of a row's content, which no retry of the same rows changes. It
+// returns the last error.
+func (r *Relay) settleUntil(ctx context.Context, items []outcome, giveUp time.Time) error {
 	wait := 50 * time.Millisecond
 	for {
 		// A statement stuck behind a lock (an operator's open transaction,
@@ -55,13 +74,21 @@ func (r *Relay) settleWithRetry(ctx context.Context, items []outcome) {
 		err := r.settle(attemptCtx, items)
 		cancel()
 		if err == nil {
-			return
+			r.settleHealth.succeeded()
+			return nil
 		}
 		r.metrics.SettleErrors.Inc()
+		r.settleHealth.failed(err)
+		if settleRefusedByRow(err) {
+			if len(items) > 1 {
+				r.log.Warn("settle refused because of a row; settling the rows in smaller parts to find it", "num_rows", len(items), "err", err)
+			}
+			return err
+		}
 		if ctx.Err() != nil || time.Now().Add(wait).After(giveUp) {
 			r.log.Error("could not settle (or could not learn whether the settle was written); the rows may be delivered again when their leases expire",
 				"num_rows", len(items), "err", err)
-			return
+			return err
 		}
 		r.log.Warn("settle failed; retrying", "num_rows", len(items), "err", err, "retry_in", wait)
 		select {
@@ -70,6 +97,61 @@ func (r *Relay) settleWithRetry(ctx context.Context, items []outcome) {
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
+}
+
+// settleInParts settles items (two or more) in halves after a settle of them all was
+// refused because of a row, halving again each part refused, down to single
+// rows. A row refused on its own stays leased, is reported (an ERROR line
+// naming it, outbox_relay_settle_isolated_rows_total, /readyz) and is
+// delivered again when its lease expires, until what refuses it is fixed.
+func (r *Relay) settleInParts(ctx context.Context, items []outcome, giveUp time.Time) {
+	half := len(items) / 2
+	for _, part := range [][]outcome{items[:half], items[half:]} {
+		err := r.settleUntil(ctx, part, giveUp)
+		switch {
+		case err == nil:
+		case !settleRefusedByRow(err):
+			return // logged; the leases expire
+		case len(part) == 1:
+			r.isolated(part[0], err)
+		default:
+			r.settleInParts(ctx, part, giveUp)
+		}
+	}
+}
+
+// isolated reports a row whose settle is refused on its own.
+func (r *Relay) isolated(o outcome, err error) {
+	r.metrics.SettleIsolated.Inc()
+	r.settleHealth.rowRefused(o.id, err)
+	r.log.Error("the settle of one row is refused; it stays leased and is delivered again when its lease expires, until what refuses it is fixed",
+		"id", o.id, "outcome", outcomeLabel(o.kind), "sink", o.sink, "err", err)
+}
+
+// settleRefusedByRow reports whether err refuses a settle because of what
+// one of its rows holds, rather than because the database is unreachable,
+// busy or denies the relay: a constraint (a dead letter's id taken, a check
+// or trigger a user added), a value out of range, an exception raised by a
+// trigger. Splitting the batch isolates such a row; retrying the same rows
+// would fail the same way.
+func settleRefusedByRow(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "09", // triggered action exception
+		"22", // data exception
+		"23", // integrity constraint violation
+		"27", // triggered data change violation
+		"2F", // SQL routine exception
+		"38", // external routine exception
+		"39", // external routine invocation exception
+		"54", // program limit exceeded
+		"P0": // PL/pgSQL: RAISE EXCEPTION in a trigger
+		return true
+	}
+	return false
 }
 
 // settle writes the outcomes in one statement: delivered and duplicate rows
@@ -95,7 +177,7 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 	}
 
 	start := time.Now()
-	var archived, requeued, deadLettered []int64
+	var archived, requeued, deadLettered, takenIDs, newIDs []int64
 	args := archive.args()
 	maps.Copy(args, r.mode.fence(items))
 	var err error
@@ -105,7 +187,7 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 	} else {
 		maps.Copy(args, requeue.args())
 		maps.Copy(args, deadLetter.args())
-		err = r.pool.QueryRow(ctx, r.settleSQL.settle, planPerExecution, args).Scan(&archived, &requeued, &deadLettered)
+		err = r.pool.QueryRow(ctx, r.settleSQL.settle, planPerExecution, args).Scan(&archived, &requeued, &deadLettered, &takenIDs, &newIDs)
 	}
 	if err != nil {
 		return fmt.Errorf("settle %d rows: %w", len(items), err)
@@ -123,6 +205,11 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 		r.log.Warn(r.settleSQL.dropped, "num_rows", lost, "lease", r.cfg.Lease)
 	}
 	r.count(items, settled)
+	if len(takenIDs) > 0 {
+		r.metrics.DeadLettersRenumbered.Add(float64(len(takenIDs)))
+		r.log.Warn("dead-lettered rows under new ids: their ids were dead letters' already (rows inserted before ids were the database's alone, or a sequence set back)",
+			"ids", takenIDs, "dead_letter_ids", newIDs)
+	}
 	r.log.Debug("settled", "num_archived", len(archived), "num_requeued", len(requeued), "num_dead_lettered", len(deadLettered))
 	return nil
 }

@@ -184,7 +184,12 @@ SELECT coalesce((SELECT array_agg(id) FROM archived), '{}')`
 //   - failed rows (@dead_ids, @dead_seqs) move to the dead letters with
 //     @dead_reasons and @dead_errors.
 //
-// It returns the ids each part touched. A row is touched only while its
+// It returns the ids each part touched, then the ids of dead rows whose id
+// was a dead letter's already (a row inserted before ids were the
+// database's alone, a sequence set back) and the ids they were
+// dead-lettered under instead: such a row is dead-lettered with a new id
+// from the rows' sequence, and its error says so, rather than failing the
+// settle of its batch. A row is touched only while its
 // claim_seq is still that of the claim that delivered it: every claim
 // increments claim_seq and nothing decreases it, so a row another claim has
 // taken over (after this one's lease expired) no longer matches and the late
@@ -217,15 +222,23 @@ WITH {fence_cte}` + settleArchive + `, requeued AS (
      WHERE m.id = ANY (@dead_ids::bigint[]) AND m.id = d.id AND m.claim_seq = d.claim_seq{fence}
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, d.reason, d.error
-){after}, dead_insert AS (
+){after}, dead_ids AS MATERIALIZED (
+    SELECT d.*, CASE WHEN t.id IS NULL THEN d.id ELSE nextval('{schema}.messages_id_seq') END AS dead_id
+      FROM dead AS d
+      LEFT JOIN {schema}.dead_letters AS t ON t.id = d.id
+), dead_insert AS (
     INSERT INTO {schema}.dead_letters (id, topic, payload, key, headers, idempotency_key, destination,
                                     created_at, attempts, reason, error)
-    SELECT id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, reason, error
-      FROM dead
+    SELECT dead_id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, reason,
+           CASE WHEN dead_id = id THEN error
+                ELSE error || ' [dead-lettered as ' || dead_id || ': id ' || id || ' was a dead letter''s already]' END
+      FROM dead_ids
 )
 SELECT coalesce((SELECT array_agg(id) FROM archived), '{}'),
        coalesce((SELECT array_agg(id) FROM requeued), '{}'),
-       coalesce((SELECT array_agg(id) FROM dead), '{}')`
+       coalesce((SELECT array_agg(id) FROM dead), '{}'),
+       coalesce((SELECT array_agg(id ORDER BY id) FROM dead_ids WHERE dead_id <> id), '{}'),
+       coalesce((SELECT array_agg(dead_id ORDER BY id) FROM dead_ids WHERE dead_id <> id), '{}')`
 
 // queryArchiveDeleteExpired deletes up to @chunk archived rows delivered
 // before @cutoff; the janitor repeats it until fewer come back.

@@ -69,6 +69,9 @@ type sinkWatch struct {
 	unavailableReported bool
 	lastReason          string
 
+	// lastUnavailable is when the sink was last seen unavailable.
+	lastUnavailable time.Time
+
 	lastSuccess time.Time
 	failing     reminder // deliveries fail and none succeeds
 	failures    int
@@ -97,6 +100,7 @@ func (w *sinkWatch) available(now time.Time, err error) (msg string, attrs []any
 		return "", nil, false
 	}
 	w.lastReason = err.Error()
+	w.lastUnavailable = now
 	w.unavailable.begin(now)
 	if !w.unavailableReported {
 		if now.Sub(w.unavailable.since) < unavailableGrace {
@@ -144,13 +148,31 @@ func (w *sinkWatch) failed(now time.Time, err string) (msg string, attrs []any) 
 	return "", nil
 }
 
-// stall returns an error while the sink is stalled.
-func (w *sinkWatch) stall(now time.Time) error {
+// ready returns why the sink is not ready, given its availability now
+// (availErr): it is unavailable; it is stalled (connected, but every
+// delivery fails); or it was unavailable less than stallAfter ago and has
+// delivered nothing since. The last keeps a sink whose every request fails
+// not ready between the pauses of its circuit breaker, when it is
+// available only until its next request fails; a sink back from an outage
+// is ready at its first delivery, or after stallAfter without rows.
+func (w *sinkWatch) ready(now time.Time, availErr error) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.stalled {
-		return nil
+	if availErr != nil {
+		w.lastUnavailable = now
+		return availErr
 	}
-	return fmt.Errorf("no delivery succeeded for %s while %d failed (last error: %s)",
-		now.Sub(w.failing.since).Round(time.Second), w.failures, w.lastErr)
+	if w.stalled {
+		return fmt.Errorf("connected but no delivery succeeded for %s while %d failed (last error: %s)",
+			now.Sub(w.failing.since).Round(time.Second), w.failures, w.lastErr)
+	}
+	if !w.lastUnavailable.IsZero() && w.lastSuccess.Before(w.lastUnavailable) && now.Sub(w.lastUnavailable) < w.stallAfter {
+		reason := ""
+		if w.lastReason != "" {
+			reason = " (" + w.lastReason + ")"
+		}
+		return fmt.Errorf("unavailable %s ago%s, and nothing delivered since",
+			now.Sub(w.lastUnavailable).Round(time.Second), reason)
+	}
+	return nil
 }

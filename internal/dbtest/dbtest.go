@@ -209,7 +209,7 @@ func (s *Schema) SetMode(t testing.TB, mode outbox.Mode) {
 // (attempts, leases, claim_seq), as a relay would have left them: it skips
 // the insert guard that resets those columns for producers, with
 // session_replication_role = replica (the test database's superuser may),
-// and generates missing idempotency keys as the guard would.
+// and sets ids and generates missing idempotency keys as the guard would.
 func (s *Schema) ExecAsRelay(t testing.TB, sql string, args ...any) int64 {
 	t.Helper()
 	ctx := context.Background()
@@ -221,17 +221,18 @@ func (s *Schema) ExecAsRelay(t testing.TB, sql string, args ...any) int64 {
 	if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil {
 		t.Fatalf("skip triggers: %v", err)
 	}
-	// The guard also generates missing idempotency keys: a column default
-	// does its job for this statement only.
+	// The guard also sets ids and generates missing idempotency keys:
+	// column defaults do its job for this statement only.
 	messages := pgx.Identifier{s.Name, "messages"}.Sanitize()
-	if _, err := tx.Exec(ctx, "ALTER TABLE "+messages+" ALTER COLUMN idempotency_key SET DEFAULT gen_random_uuid()::text"); err != nil {
+	ids := pgx.Identifier{s.Name, "messages_id_seq"}.Sanitize()
+	if _, err := tx.Exec(ctx, "ALTER TABLE "+messages+" ALTER COLUMN idempotency_key SET DEFAULT gen_random_uuid()::text, ALTER COLUMN id SET DEFAULT nextval('"+ids+"')"); err != nil {
 		t.Fatalf("generate keys: %v", err)
 	}
 	tag, err := tx.Exec(ctx, strings.ReplaceAll(sql, "%s", pgx.Identifier{s.Name}.Sanitize()), args...)
 	if err != nil {
 		t.Fatalf("exec %q: %v", sql, err)
 	}
-	if _, err := tx.Exec(ctx, "ALTER TABLE "+messages+" ALTER COLUMN idempotency_key DROP DEFAULT"); err != nil {
+	if _, err := tx.Exec(ctx, "ALTER TABLE "+messages+" ALTER COLUMN idempotency_key DROP DEFAULT, ALTER COLUMN id DROP DEFAULT"); err != nil {
 		t.Fatalf("generate keys: %v", err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -199,7 +199,8 @@ const deadLettersJudge = `
 // queryDeadLettersRetry moves the matching dead letters that can go back to
 // the hot table as new rows: a new id, attempts 0, due now (a cancelled row
 // whose available_at is still ahead keeps it), no lease and no last error,
-// with their payload, headers, keys and original created_at, and their topic
+// with their payload, headers and keys (created now: the insert guard sets
+// created_at), and their topic
 // and destination unless $10 (topic) or $11 (destination; DefaultSinkLabel
 // for none) re-route them. ON CONFLICT covers a row with the same key inserted since the
 // judgement; only dead letters whose row was inserted are deleted. It
@@ -209,11 +210,10 @@ const queryDeadLettersRetry = `
 WITH picked AS (
     SELECT d.id, d.idempotency_key` + deadLettersMatch + `
        FOR UPDATE SKIP LOCKED` + deadLettersJudge + `, moved AS (
-    INSERT INTO %[1]s.messages (topic, payload, key, headers, idempotency_key, destination, available_at, created_at)
+    INSERT INTO %[1]s.messages (topic, payload, key, headers, idempotency_key, destination, available_at)
     SELECT coalesce($10::text, d.topic), d.payload, d.key, d.headers, d.idempotency_key,
            CASE WHEN $11::text IS NULL THEN d.destination WHEN $11 = '` + DefaultSinkLabel + `' THEN NULL ELSE $11 END,
-           CASE WHEN d.reason = 'cancelled' AND d.available_at > now() THEN d.available_at ELSE now() END,
-           d.created_at
+           CASE WHEN d.reason = 'cancelled' AND d.available_at > now() THEN d.available_at ELSE now() END
       FROM judged AS j
       JOIN %[1]s.dead_letters AS d ON d.id = j.id
      WHERE j.verdict = 'retry'

@@ -39,12 +39,20 @@ WITH archived AS (
             UNION ALL
             SELECT key, now() FROM dead WHERE key IS NOT NULL) AS u
      WHERE l.key = u.key
+), dead_ids AS MATERIALIZED (
+    SELECT d.*, CASE WHEN t.id IS NULL THEN d.id ELSE nextval('"outbox".messages_id_seq') END AS dead_id
+      FROM dead AS d
+      LEFT JOIN "outbox".dead_letters AS t ON t.id = d.id
 ), dead_insert AS (
     INSERT INTO "outbox".dead_letters (id, topic, payload, key, headers, idempotency_key, destination,
                                     created_at, attempts, reason, error)
-    SELECT id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, reason, error
-      FROM dead
+    SELECT dead_id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, reason,
+           CASE WHEN dead_id = id THEN error
+                ELSE error || ' [dead-lettered as ' || dead_id || ': id ' || id || ' was a dead letter''s already]' END
+      FROM dead_ids
 )
 SELECT coalesce((SELECT array_agg(id) FROM archived), '{}'),
        coalesce((SELECT array_agg(id) FROM requeued), '{}'),
-       coalesce((SELECT array_agg(id) FROM dead), '{}')
+       coalesce((SELECT array_agg(id) FROM dead), '{}'),
+       coalesce((SELECT array_agg(id ORDER BY id) FROM dead_ids WHERE dead_id <> id), '{}'),
+       coalesce((SELECT array_agg(dead_id ORDER BY id) FROM dead_ids WHERE dead_id <> id), '{}')

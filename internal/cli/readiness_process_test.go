@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
+)
+
+// While every webhook request is refused (nothing listens), the circuit
+// breaker pauses the sink, then lets a request through, which fails, and
+// pauses it again: /readyz stays 503 throughout, not 200 between the
+// pauses; once the endpoint answers, the rows go out and /readyz is 200.
+func TestProcess_ReadyzDoesNotFlapBetweenBreakerPauses(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	rcv := webhooktest.NewReceiver(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there until the end of the test
+
+	p := startProcess(t,
+		"DATABASE_URL="+db.URL, "RELAY_SCHEMA="+db.Name,
+		"WEBHOOK_URL=http://"+addr+webhooktest.Path, "WEBHOOK_SECRET="+rcv.Secret, "WEBHOOK_TIMEOUT=2s")
+	relaytest.InsertRows(t, db, 20, "orders.created")
+	readyz := func() int {
+		resp, err := http.Get("http://" + p.addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitfor.Condition(t, 30*time.Second, "/readyz to report the refused endpoint", func() bool {
+		p.metrics() // waits for the endpoint
+		return readyz() == http.StatusServiceUnavailable
+	})
+	// The breaker pauses for 1s, 2s, 4s, 8s: 15s see four of its openings.
+	var oks int
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if readyz() == http.StatusOK {
+			oks++
+		}
+	}
+	if oks > 0 {
+		t.Errorf("/readyz answered 200 %d times while every delivery was refused", oks)
+	}
+	if n := db.Count(t, "archive"); n != 0 {
+		t.Fatalf("%d rows archived while nothing listened", n)
+	}
+
+	// The endpoint comes up on the same address.
+	var srv *httptest.Server
+	waitfor.Condition(t, 10*time.Second, "the address to be free", func() bool {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return false
+		}
+		srv = &httptest.Server{Listener: l, Config: &http.Server{Handler: rcv}}
+		srv.Start()
+		return true
+	})
+	t.Cleanup(srv.Close)
+	relaytest.WaitDrained(t, db, 60*time.Second)
+	waitfor.Condition(t, 10*time.Second, "/readyz to be 200 again", func() bool { return readyz() == http.StatusOK })
+}
