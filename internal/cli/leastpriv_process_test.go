@@ -108,13 +108,17 @@ func TestProcess_LeastPrivilegeRelayDeliversArchivesAndDeadLetters(t *testing.T)
 	produce(t, lp, "events.orders.created", 1, 50, "", "order-1", "order-2")
 	// A row for NATS's control plane is dead-lettered, never published.
 	produce(t, lp, "$JS.API.STREAM.DELETE.EVENTS", 1, 1, "evil")
+	// Its id is a dead letter's already (an operator's mistake): the relay
+	// takes a new one from the sequence for its dead letter.
+	lp.Exec(t, `INSERT INTO %s.dead_letters (id, topic, payload, idempotency_key, created_at, attempts, reason, error)
+	    SELECT max(id), 'older', 'x', 'older', now(), 1, 'failed', 'older' FROM %s.messages`)
 
 	p := startProcess(t, "DATABASE_URL="+lp.Relay.URL, "RELAY_SCHEMA="+lp.Name, "NATS_URL="+srv.URL(),
 		"RELAY_MIGRATE=false", "RELAY_NOTIFY=true")
 	relaytest.WaitDrained(t, lp.Schema, relaytest.Budget(151))
 	relaytest.AssertStreamMatchesArchive(t, lp.Schema, srv, "EVENTS", 150)
-	if n := lp.Count(t, "dead_letters"); n != 1 {
-		t.Errorf("dead_letters holds %d rows, want the control-plane row", n)
+	if n := lp.Count(t, "dead_letters"); n != 2 {
+		t.Errorf("dead_letters holds %d rows, want the control-plane row and the older one", n)
 	}
 	// A row inserted while the relay runs (RELAY_NOTIFY wakes it).
 	produce(t, lp, "events.orders.paid", 1, 1, "order-1")
