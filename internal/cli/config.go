@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"reflect"
 	"regexp"
 	"slices"
@@ -117,7 +116,8 @@ func loadConfig(environ []string) (config, error) {
 const fileSuffix = "_FILE"
 
 // readSecretFiles replaces, in vars, every secret variable's _FILE twin by
-// the content of the file it names (without a final line break). Setting a
+// the content of the file it names (without a final line break): a regular
+// file, or a link to one, of at most secretFileLimit bytes. Setting a
 // secret and its twin is an error naming both.
 func readSecretFiles(vars map[string]string) error {
 	for _, f := range configFields() {
@@ -133,9 +133,17 @@ func readSecretFiles(vars map[string]string) error {
 			return &configError{Var: twin, Value: path, Reason: "set together with " + f.name + ": set one of them",
 				Allowed: "the path of a file holding " + f.name + ", with " + f.name + " unset"}
 		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return &configError{Var: twin, Value: path, Reason: "cannot read it: " + errors.Unwrap(err).Error(),
+		b, err := readFileLimited(path, secretFileLimit)
+		switch {
+		case errors.Is(err, errFileNotRegular), errors.Is(err, errFileTooLarge):
+			return &configError{Var: twin, Value: path, Reason: err.Error(),
+				Allowed: "the path of a regular file (or a link to one) of at most " + formatLimit(secretFileLimit) + " holding " + f.name}
+		case err != nil:
+			reason := err.Error()
+			if inner := errors.Unwrap(err); inner != nil {
+				reason = inner.Error()
+			}
+			return &configError{Var: twin, Value: path, Reason: "cannot read it: " + reason,
 				Allowed: "the path of a readable file holding " + f.name}
 		}
 		vars[f.name] = strings.TrimRight(string(b), "\r\n")
@@ -288,6 +296,9 @@ func (c *config) validate() error {
 		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 			return c.refuse("RELAY_HTTP_ADDR", "bad port")
 		}
+	}
+	if err := c.checkFileVars(); err != nil {
+		return err
 	}
 	for _, s := range c.sinkEnvs() {
 		if err := s.validate(c); err != nil {

@@ -46,7 +46,7 @@ func envReference() []envVar {
 			vars = append(vars, envVar{
 				Name:    f.name + fileSuffix,
 				Doc:     "A file holding " + f.name + ", read at start, for secrets mounted as files (Docker, Kubernetes). Setting both is an error.",
-				Allowed: "the path of a readable file; a final line break is ignored",
+				Allowed: "the path of a readable regular file (or a link to one, as Kubernetes mounts secrets) of at most " + formatLimit(secretFileLimit) + "; a final line break is ignored",
 			})
 		}
 	}

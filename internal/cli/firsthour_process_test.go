@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+)
+
+// What an operator meets in the first hour with the binary (issue 22):
+// mistakes in the environment are named at once, and the operator's
+// commands say what they do.
+
+// runBinaryWithin runs the binary with args and env (added to PATH alone),
+// killing it after limit, and returns its exit code (-1 when it had to be
+// killed), stdout, stderr and how long it ran.
+func runBinaryWithin(t *testing.T, limit time.Duration, env []string, args ...string) (int, string, string, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	began := time.Now()
+	err := cmd.Run()
+	took := time.Since(began)
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		return -1, stdout.String(), stderr.String(), took
+	}
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String(), took
+}
+
+func TestFirstHour_SecretFileThatIsNotASmallRegularFileIsRefusedAtOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	large := filepath.Join(dir, "large")
+	if err := os.WriteFile(large, bytes.Repeat([]byte("x"), 64<<10+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	largePEM := filepath.Join(dir, "large.pem")
+	if err := os.WriteFile(largePEM, bytes.Repeat([]byte("x"), 1<<20+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		env  []string
+		want []string
+	}{
+		{[]string{"DATABASE_URL_FILE=/dev/zero"}, []string{"DATABASE_URL_FILE", "/dev/zero", "not a regular file"}},
+		{[]string{"DATABASE_URL_FILE=" + fifo}, []string{"DATABASE_URL_FILE", "not a regular file: it is a named pipe"}},
+		{[]string{"DATABASE_URL_FILE=" + dir}, []string{"DATABASE_URL_FILE", "not a regular file: it is a directory"}},
+		{[]string{"DATABASE_URL_FILE=" + large}, []string{"DATABASE_URL_FILE", "65537 bytes, more than 64 KiB"}},
+		{[]string{"DATABASE_URL=postgres://u@127.0.0.1/db", "NATS_URL=nats://127.0.0.1:4222", "NATS_TLS_CA_FILE=/dev/zero"},
+			[]string{"NATS_TLS_CA_FILE", "not a regular file"}},
+		{[]string{"DATABASE_URL=postgres://u@127.0.0.1/db", "NATS_URL=nats://127.0.0.1:4222", "NATS_CREDS_FILE=" + fifo},
+			[]string{"NATS_CREDS_FILE", "a named pipe"}},
+		{[]string{"DATABASE_URL=postgres://u@127.0.0.1/db", "WEBHOOK_URL=https://h.example.com/x", "WEBHOOK_SECRET=" + testSecret,
+			"WEBHOOK_TLS_CA_FILE=" + largePEM}, []string{"WEBHOOK_TLS_CA_FILE", "more than 1 MiB"}},
+	} {
+		code, _, stderr, took := runBinaryWithin(t, 10*time.Second, tc.env, "run")
+		if code != exitUsage {
+			t.Errorf("%v: exit %d after %s, want %d (a configuration error)\nstderr: %s", tc.env, code, took.Round(time.Millisecond), exitUsage, stderr)
+			continue
+		}
+		if took > 3*time.Second {
+			t.Errorf("%v: refused after %s, want at once", tc.env, took)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%v: stderr lacks %q:\n%s", tc.env, w, stderr)
+			}
+		}
+	}
+}
+
+func TestFirstHour_SecretFileBehindSymlinksStillWorks(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	// As Kubernetes mounts a secret: the file in a timestamped directory,
+	// reached through ..data and a link named after the key.
+	dir := t.TempDir()
+	stamped := filepath.Join(dir, "..2026_01_02_15_04_05.123")
+	if err := os.Mkdir(stamped, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stamped, "database-url"), []byte(db.URL+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Base(stamped), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "database-url")
+	if err := os.Symlink(filepath.Join("..data", "database-url"), link); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr, _ := runBinaryWithin(t, 30*time.Second, []string{"DATABASE_URL_FILE=" + link, "RELAY_SCHEMA=" + db.Name}, "status")
+	if code != exitOK || !strings.Contains(stdout, "Schema "+db.Name) {
+		t.Errorf("status with DATABASE_URL_FILE a link to the secret: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+}
