@@ -17,6 +17,9 @@ import (
 // Connections name themselves outbox-relay in pg_stat_activity unless the
 // URL names them otherwise.
 func openPool(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool.Pool, error) {
+	if err := checkDatabaseScheme(databaseURL); err != nil {
+		return nil, err
+	}
 	pc, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, databaseURLError(databaseURL, err)

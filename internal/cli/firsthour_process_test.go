@@ -114,3 +114,41 @@ func TestFirstHour_SecretFileBehindSymlinksStillWorks(t *testing.T) {
 		t.Errorf("status with DATABASE_URL_FILE a link to the secret: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
 }
+
+func TestFirstHour_NoSinkErrorNamesTheMisspeltVariable(t *testing.T) {
+	t.Parallel()
+	code, _, stderr, _ := runBinaryWithin(t, 10*time.Second,
+		[]string{"DATABASE_URL=postgres://u@127.0.0.1/db", "NATS_ULR=nats://127.0.0.1:4222", "RELAY_BACTH_SIZE=5"}, "run")
+	if code != exitUsage {
+		t.Fatalf("exit %d, want %d\nstderr: %s", code, exitUsage, stderr)
+	}
+	for _, w := range []string{"no sink is configured", "did you mean NATS_URL? NATS_ULR is set"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr)
+		}
+	}
+	if strings.Contains(stderr, "RELAY_BACTH_SIZE is set") {
+		t.Errorf("the error blames a typo that has nothing to do with sinks:\n%s", stderr)
+	}
+}
+
+func TestFirstHour_DatabaseURLWithAWrongSchemeSaysSo(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"run"}, {"status"}, {"migrate"}} {
+		code, _, stderr, _ := runBinaryWithin(t, 10*time.Second,
+			[]string{"DATABASE_URL=postgress://app:hunter2@db.example.com/app", "NATS_URL=nats://127.0.0.1:4222"}, args...)
+		if code != exitUsage {
+			t.Errorf("%v: exit %d, want %d\nstderr: %s", args, code, exitUsage, stderr)
+		}
+		for _, w := range []string{"DATABASE_URL", `scheme "postgress://"`, "postgres://", "postgresql://", "key=value"} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%v: stderr lacks %q:\n%s", args, w, stderr)
+			}
+		}
+		for _, bad := range []string{"hunter2", "keyword/value"} {
+			if strings.Contains(stderr, bad) {
+				t.Errorf("%v: stderr shows %q:\n%s", args, bad, stderr)
+			}
+		}
+	}
+}

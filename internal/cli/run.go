@@ -27,7 +27,7 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 	if err := c.requireDatabase(); err != nil {
 		return err
 	}
-	if err := c.requireSinks(); err != nil {
+	if err := c.requireSinks(inv.Environ); err != nil {
 		return err
 	}
 	s := settingsOf(&c, inv.Version)
