@@ -152,3 +152,74 @@ func TestFirstHour_DatabaseURLWithAWrongSchemeSaysSo(t *testing.T) {
 		}
 	}
 }
+
+func TestPlaintextDatabase(t *testing.T) {
+	t.Setenv("PGSSLMODE", "") // pgx reads it; the cases set sslmode themselves
+	for _, tc := range []struct {
+		dsn        string
+		host, mode string // empty: no warning
+	}{
+		{"postgres://app:pw@db.example.com:5432/app", "db.example.com", "prefer"},
+		{"postgres://app:pw@db.example.com/app?sslmode=prefer", "db.example.com", "prefer"},
+		{"postgres://app:pw@db.example.com/app?sslmode=allow", "db.example.com", "allow"},
+		{"postgres://app:pw@db.example.com/app?sslmode=disable", "db.example.com", "disable"},
+		{"postgresql://app:pw@10.0.0.5/app", "10.0.0.5", "prefer"},
+		{"host=db.example.com user=app password=pw dbname=app", "db.example.com", "prefer"},
+		{"host=db.example.com user=app sslmode=disable", "db.example.com", "disable"},
+		{"postgres://app@127.0.0.1,db.example.com/app", "db.example.com", "prefer"},
+		{"postgres://app:pw@db.example.com/app?sslmode=require", "", ""},
+		{"postgres://app:pw@db.example.com/app?sslmode=verify-ca", "", ""},
+		{"postgres://app:pw@db.example.com/app?sslmode=verify-full", "", ""},
+		{"host=db.example.com user=app sslmode=verify-full", "", ""},
+		{"postgres://app:pw@127.0.0.1:5432/app", "", ""},
+		{"postgres://app:pw@127.0.0.1:5432/app?sslmode=disable", "", ""},
+		{"postgres://app:pw@localhost/app", "", ""},
+		{"postgres://app:pw@[::1]:5432/app", "", ""},
+		{"host=/var/run/postgresql user=app dbname=app", "", ""},
+		{"postgres://app@%2Fvar%2Frun%2Fpostgresql/app", "", ""},
+		{"postgress://app:pw@db.example.com/app", "", ""}, // refused elsewhere
+	} {
+		host, mode, ok := plaintextDatabase(tc.dsn)
+		if ok != (tc.host != "") || host != tc.host || mode != tc.mode {
+			t.Errorf("plaintextDatabase(%q) = %q, %q, %v; want %q, %q", tc.dsn, host, mode, ok, tc.host, tc.mode)
+		}
+	}
+}
+
+func TestFirstHour_RemoteDatabaseWithoutTLSIsWarnedAbout(t *testing.T) {
+	t.Parallel()
+	// 192.0.2.1 is TEST-NET-1: nothing answers, so the relay keeps trying to
+	// connect; the warning comes before the first try.
+	const warning = "DATABASE_URL allows a connection without TLS"
+	for _, tc := range []struct {
+		query string
+		warn  bool
+	}{
+		{"connect_timeout=1", true},
+		{"connect_timeout=1&sslmode=disable", true},
+		{"connect_timeout=1&sslmode=require", false},
+		{"connect_timeout=1&sslmode=verify-full", false},
+	} {
+		p := startProcess(t, "DATABASE_URL=postgres://app:hunter2@192.0.2.1:5432/app?"+tc.query, "NATS_URL=nats://127.0.0.1:4222")
+		p.waitLog("cannot reach the database")
+		var warnings []string
+		for _, l := range p.log() {
+			if strings.Contains(l, warning) {
+				warnings = append(warnings, l)
+			}
+		}
+		switch {
+		case tc.warn && len(warnings) != 1:
+			t.Errorf("%s: %d warnings, want one line naming DATABASE_URL and what to set:\n%s", tc.query, len(warnings), strings.Join(p.log(), "\n"))
+		case tc.warn && !(strings.Contains(warnings[0], `"level":"WARN"`) && strings.Contains(warnings[0], `"host":"192.0.2.1"`) && strings.Contains(warnings[0], "sslmode=verify-full")):
+			t.Errorf("%s: the warning lacks its level, the host or what to set: %s", tc.query, warnings[0])
+		case !tc.warn && len(warnings) != 0:
+			t.Errorf("%s: warned: %s", tc.query, warnings[0])
+		}
+		if strings.Contains(strings.Join(p.log(), "\n"), "hunter2") {
+			t.Errorf("%s: the log shows the password", tc.query)
+		}
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
