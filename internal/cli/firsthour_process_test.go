@@ -223,3 +223,167 @@ func TestFirstHour_RemoteDatabaseWithoutTLSIsWarnedAbout(t *testing.T) {
 		<-p.done
 	}
 }
+
+// operatorEnv is the environment of an operator's command on db.
+func operatorEnv(db *dbtest.Schema) []string {
+	return []string{"DATABASE_URL=" + db.URL, "RELAY_SCHEMA=" + db.Name}
+}
+
+func TestFirstHour_DeadListShowsWholeErrorsOldestFailureFirst(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	long := "webhook: 422 Unprocessable Entity: " + strings.Repeat("field is invalid; ", 5) + "END-OF-ERROR"
+	db.Exec(t, `
+INSERT INTO %s.dead_letters (id, topic, payload, idempotency_key, created_at, attempts, reason, error, failed_at) VALUES
+    (1, 'orders.created', 'x', 'key-failed-last',   now(), 1, 'permanent', $1, now()),
+    (2, 'orders.created', 'x', 'key-failed-first',  now(), 1, 'permanent', 'boom', now() - interval '2 hours'),
+    (3, 'orders.created', 'x', 'key-failed-second', now(), 1, 'permanent', 'boom', now() - interval '1 hour')`, long)
+
+	code, stdout, stderr, _ := runBinaryWithin(t, 30*time.Second, operatorEnv(db), "dead", "list")
+	if code != exitOK {
+		t.Fatalf("dead list: exit %d\n%s", code, stderr)
+	}
+	first, second, last := strings.Index(stdout, "key-failed-first"), strings.Index(stdout, "key-failed-second"), strings.Index(stdout, "key-failed-last")
+	if first < 0 || second < 0 || last < 0 || !(first < second && second < last) {
+		t.Errorf("dead list is not oldest failure first, with the idempotency keys shown:\n%s", stdout)
+	}
+	if strings.Contains(stdout, "END-OF-ERROR") || !strings.Contains(stdout, "--wide") {
+		t.Errorf("dead list without --wide: want the long error cut and --wide named:\n%s", stdout)
+	}
+
+	code, stdout, stderr, _ = runBinaryWithin(t, 30*time.Second, operatorEnv(db), "dead", "list", "--wide")
+	if code != exitOK || !strings.Contains(stdout, long) {
+		t.Errorf("dead list --wide: exit %d, want the whole error %q:\n%s%s", code, long, stdout, stderr)
+	}
+	code, stdout, stderr, _ = runBinaryWithin(t, 30*time.Second, operatorEnv(db), "dead", "list", "--json")
+	if code != exitOK || !strings.Contains(stdout, long) {
+		t.Errorf("dead list --json: exit %d, want the whole error:\n%s%s", code, stdout, stderr)
+	}
+}
+
+func TestFirstHour_NegativeLimitsAreRefused(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	db.Exec(t, `INSERT INTO %s.dead_letters (id, topic, payload, idempotency_key, created_at, attempts, reason, error) VALUES (1, 'a', 'x', 'k1', now(), 1, 'permanent', 'boom')`)
+	for _, args := range [][]string{
+		{"dead", "list", "--limit", "-1"},
+		{"dead", "retry", "--all", "--limit=-1"},
+		{"dead", "purge", "--all", "--limit", "-5"},
+		{"status", "--top", "-1"},
+	} {
+		code, stdout, stderr, _ := runBinaryWithin(t, 30*time.Second, operatorEnv(db), args...)
+		flag := args[len(args)-2]
+		if strings.HasPrefix(args[len(args)-1], "--limit=") {
+			flag = "--limit"
+		}
+		if code != exitUsage || !strings.Contains(stderr, flag) || !strings.Contains(stderr, "negative") {
+			t.Errorf("%v: exit %d, want %d and an error naming %s\nstdout: %s\nstderr: %s", args, code, exitUsage, flag, stdout, stderr)
+		}
+	}
+	if n := db.Count(t, "dead_letters"); n != 1 {
+		t.Errorf("%d dead letters left, want the one untouched", n)
+	}
+}
+
+func TestFirstHour_TopicPatternMatchingEverythingNeedsAll(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	db.Exec(t, `INSERT INTO %s.dead_letters (id, topic, payload, idempotency_key, created_at, attempts, reason, error) VALUES
+	    (1, 'orders.created', 'x', 'k1', now(), 1, 'permanent', 'boom'), (2, 'payments.done', 'x', 'k2', now(), 1, 'permanent', 'boom')`)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('orders.created', 'x', 'order-1')`)
+	for _, args := range [][]string{
+		{"dead", "purge", "--topic", "%"},
+		{"dead", "purge", "--topic", "%%"},
+		{"dead", "retry", "--topic", "_%"},
+		{"replay", "--topic", "%"},
+		{"cancel", "--topic", "%"},
+	} {
+		code, stdout, stderr, _ := runBinaryWithin(t, 30*time.Second, operatorEnv(db), args...)
+		if code != exitUsage || !strings.Contains(stderr, "matches every topic") {
+			t.Errorf("%v: exit %d, want %d and an error saying the pattern matches every topic\nstdout: %s\nstderr: %s", args, code, exitUsage, stdout, stderr)
+		}
+	}
+	if db.Count(t, "dead_letters") != 2 || db.Count(t, "messages") != 1 {
+		t.Fatal("a refused command changed rows")
+	}
+	code, stdout, stderr, _ := runBinaryWithin(t, 30*time.Second, operatorEnv(db), "dead", "purge", "--topic", "orders.%")
+	if code != exitOK || !strings.Contains(stdout, "purged 1 dead letter") {
+		t.Errorf("dead purge --topic orders.%%: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	code, stdout, stderr, _ = runBinaryWithin(t, 30*time.Second, operatorEnv(db), "dead", "purge", "--topic", "%", "--all")
+	if code != exitOK || !strings.Contains(stdout, "purged 1 dead letter") {
+		t.Errorf("dead purge --topic %% --all: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+}
+
+func TestFirstHour_OutputCountsAgreeWithTheirNouns(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	// One event delivered twice: one repeated delivery.
+	for _, ago := range []string{"2 hours", "1 hour"} {
+		db.Exec(t, `
+INSERT INTO %s.archive (id, topic, payload, idempotency_key, created_at, attempts, delivered_at, duplicate)
+VALUES ((SELECT coalesce(max(id), 0) + 1 FROM %s.archive), 'orders.created', 'x', 'k1', now() - $1::interval, 1, now() - $1::interval, false)`, ago)
+	}
+	// One row of key order-1 in flight.
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('orders.created', 'x', 'order-1')`)
+	db.Exec(t, `UPDATE %s.messages SET leased_by = 'relay-1', leased_until = now() + interval '1 hour', attempts = 1`)
+
+	code, stdout, stderr, _ := runBinaryWithin(t, 30*time.Second, operatorEnv(db), "replay", "--all", "--dry-run")
+	if code != exitOK || !strings.Contains(stdout, "2 archived rows matched, 1 of them a repeated delivery") || strings.Contains(stdout, "1 repeat were") {
+		t.Errorf("replay --dry-run: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	code, stdout, stderr, _ = runBinaryWithin(t, 30*time.Second, operatorEnv(db), "cancel", "--key", "order-1", "--dry-run")
+	if code != exitOK || !strings.Contains(stdout, "1 row in flight: a relay may be delivering it right now") {
+		t.Errorf("cancel --dry-run: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+}
+
+func TestFirstHour_EveryCommandsHelpListsItsFlags(t *testing.T) {
+	t.Parallel()
+	_, help, _, _ := runBinaryWithin(t, 30*time.Second, nil, "help")
+	_, deadHelp, _, _ := runBinaryWithin(t, 30*time.Second, nil, "dead", "-h")
+	_, _, deadHelpErr, _ := runBinaryWithin(t, 30*time.Second, nil, "dead", "-h")
+	deadHelp += deadHelpErr
+	for _, inv := range helpInvocations() {
+		name := strings.Join(inv, " ")
+		code, _, usage, _ := runBinaryWithin(t, 30*time.Second, nil, append(inv, "-h")...)
+		if code != exitOK {
+			t.Errorf("%s -h: exit %d", name, code)
+		}
+		var flags []string
+		for _, line := range strings.Split(usage, "\n") {
+			if strings.HasPrefix(line, "  --") {
+				flags = append(flags, strings.Fields(line)[0])
+			}
+		}
+		// help shows the command's line with every flag its -h lists.
+		var line string
+		for _, l := range strings.Split(help, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(l), name+"  ") {
+				line = l
+			}
+		}
+		if line == "" {
+			t.Errorf("outbox-relay help has no line for %s:\n%s", name, help)
+		}
+		for _, f := range flags {
+			if !strings.Contains(line+" ", " "+f+" ") {
+				t.Errorf("outbox-relay help does not list %s %s: %q", name, f, line)
+			}
+			if inv[0] == "dead" && !strings.Contains(deadHelp, "  "+f) {
+				t.Errorf("outbox-relay dead -h does not list %s %s", name, f)
+			}
+		}
+		// help <command> is <command> -h, on stdout.
+		_, helpOf, _, _ := runBinaryWithin(t, 30*time.Second, nil, append([]string{"help"}, inv...)...)
+		if helpOf != usage {
+			t.Errorf("outbox-relay help %s printed %q, want what %s -h prints", name, helpOf, name)
+		}
+	}
+	// A mistake names the help that lists the flags it is about.
+	code, _, stderr, _ := runBinaryWithin(t, 30*time.Second, nil, "dead", "list", "--bogus")
+	if code != exitUsage || !strings.Contains(stderr, "outbox-relay dead list -h lists the flags") || !strings.Contains(stderr, "--bogus") {
+		t.Errorf("dead list --bogus: exit %d, %s", code, stderr)
+	}
+}
