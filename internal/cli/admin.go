@@ -61,10 +61,13 @@ func defaultSinkName(c *config) string {
 	return admin.DefaultSinkLabel
 }
 
-// noFilterAsUsage turns admin.ErrNoFilter into a usage error with advice,
-// and an unknown --reason into a usage error.
-func noFilterAsUsage(err error, advice string) error {
+// noFilterAsUsage turns admin.ErrNoFilter into a usage error with advice
+// (saying so when the --topic given matches every topic), and an unknown
+// --reason into a usage error.
+func noFilterAsUsage(err error, topic, advice string) error {
 	switch {
+	case errors.Is(err, admin.ErrNoFilter) && admin.TopicMatchesAll(topic):
+		return usageError{fmt.Errorf("--topic %q matches every topic, so it is no filter: %s", topic, advice)}
 	case errors.Is(err, admin.ErrNoFilter):
 		return usageError{fmt.Errorf("no filter given: %s", advice)}
 	case errors.Is(err, admin.ErrUnknownReason):

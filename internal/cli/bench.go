@@ -17,11 +17,11 @@ import (
 func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
 	fs := newFlagSet("bench [flags]",
 		"Measure the relay with its default settings against DATABASE_URL and NATS_URL: the drain rate of a\n"+
-			"preloaded backlog (-mode backlog) or insert-to-ack latency at a steady rate (-mode steady).\n"+
-			"It works in a scratch schema (-schema) and the JetStream stream OUTBOX_BENCH, both of which it creates\n"+
+			"preloaded backlog (--mode backlog) or insert-to-ack latency at a steady rate (--mode steady).\n"+
+			"It works in a scratch schema (--schema) and the JetStream stream OUTBOX_BENCH, both of which it creates\n"+
 			"with a marker and drops on the next run; it refuses a schema or stream it did not create.\n"+
-			"-replicas N runs N relays in this process, each with its own pool and NATS connection, started together;\n"+
-			"the measurement includes the time they take to share the work (in -partitioned mode, the buckets).\n"+
+			"--replicas N runs N relays in this process, each with its own pool and NATS connection, started together;\n"+
+			"the measurement includes the time they take to share the work (in --partitioned mode, the buckets).\n"+
 			"Prints one JSON line: events/s, commit-to-ack p50/p99/max (steady), claim and settle p50/p99, CPU seconds\n"+
 			"per 100k events of the relay and of PostgreSQL (when the server runs on this machine), peak RSS, and\n"+
 			"the shape of the run (delivery_mode, replicas).", inv.Stderr)
@@ -36,7 +36,7 @@ func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
 	notDue := fs.Int("not-due", 0, "add this many rows due only in a day beside the ones measured")
 	keys := fs.Int("keys", 0, "give the rows this many ordering keys, interleaved (0: no keys)")
 	ordered := fs.Bool("ordered", false, "run the relay in ordered mode (RELAY_ORDERED=true)")
-	partitioned := fs.Bool("partitioned", false, "run the relay in partitioned mode (RELAY_MODE=partitioned); excludes -ordered")
+	partitioned := fs.Bool("partitioned", false, "run the relay in partitioned mode (RELAY_MODE=partitioned); excludes --ordered")
 	replicas := fs.Int("replicas", 1, fmt.Sprintf("relays to run at once, 1 to %d, each with its own pool and NATS connection", bench.MaxReplicas))
 	burst := fs.Bool("burst", false, "backlog mode: give every row the same available_at (a second before the load), as a batch all due at midnight would")
 	notify := fs.Bool("notify", false, "wake the relay on inserts (RELAY_NOTIFY=true)")
@@ -51,11 +51,11 @@ func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
 		return err
 	}
 	if *ordered && *partitioned {
-		return usageError{errors.New("-ordered and -partitioned exclude each other: a schema runs one mode")}
+		return usageError{errors.New("--ordered and --partitioned exclude each other: a schema runs one mode")}
 	}
 	shape := bench.Options{Mode: *mode, Replicas: *replicas, Burst: *burst, Relay: relay.Config{Mode: benchMode(*ordered, *partitioned)}}
 	if err := shape.Validate(); err != nil || *replicas < 1 {
-		return usageError{cmp.Or(err, fmt.Errorf("-replicas %d: want 1 to %d", *replicas, bench.MaxReplicas))}
+		return usageError{cmp.Or(err, fmt.Errorf("--replicas %d: want 1 to %d", *replicas, bench.MaxReplicas))}
 	}
 	o, err := benchOptions(inv, *schema)
 	if err != nil {
@@ -98,13 +98,13 @@ func benchOptions(inv *Invocation, schema string) (bench.Options, error) {
 		return bench.Options{}, &configError{Var: "NATS_URL", Allowed: "the URL of a NATS server with JetStream"}
 	}
 	if schema == c.Schema {
-		return bench.Options{}, usageError{fmt.Errorf("-schema %s is the relay's schema (RELAY_SCHEMA): the benchmark drops its schema, so give it another", schema)}
+		return bench.Options{}, usageError{fmt.Errorf("--schema %s is the relay's schema (RELAY_SCHEMA): the benchmark drops its schema, so give it another", schema)}
 	}
 	s := settingsOf(&c, inv.Version)
 	return bench.Options{DatabaseURL: c.DatabaseURL, NatsURL: c.NATS.URL, Schema: schema, Logger: newLogger(s, inv.Stderr)}, nil
 }
 
-// benchMode is the mode the bench command's -ordered and -partitioned ask
+// benchMode is the mode the bench command's --ordered and --partitioned ask
 // for (cmdBench refuses both at once).
 func benchMode(ordered, partitioned bool) outbox.Mode {
 	switch {

@@ -25,6 +25,9 @@ func cmdCancel(ctx context.Context, inv *Invocation, args []string) error {
 	if opts.Key == "" && opts.Topic == "" {
 		return usageError{errors.New("name the rows to cancel with --key or --topic")}
 	}
+	if opts.Key == "" && admin.TopicMatchesAll(opts.Topic) {
+		return usageError{fmt.Errorf("--topic %q matches every topic: name the rows to cancel with --key or a narrower --topic", opts.Topic)}
+	}
 	_, ops, err := openAdmin(ctx, inv)
 	if err != nil {
 		return err
@@ -32,7 +35,7 @@ func cmdCancel(ctx context.Context, inv *Invocation, args []string) error {
 	defer ops.close()
 	res, err := ops.Cancel(ctx, opts)
 	if err != nil {
-		return noFilterAsUsage(err, "name the rows to cancel with --key or --topic")
+		return noFilterAsUsage(err, opts.Topic, "name the rows to cancel with --key or --topic")
 	}
 	if res.Matched == 0 {
 		fmt.Fprintln(stdout, "no pending rows match")
@@ -48,9 +51,13 @@ func cmdCancel(ctx context.Context, inv *Invocation, args []string) error {
 		if res.DryRun {
 			verb = "would leave"
 		}
-		fmt.Fprintf(stdout, "%s alone %s in flight: a relay may be delivering it right now; run cancel again once\n"+
+		it := "it"
+		if res.InFlight != 1 {
+			it = "them"
+		}
+		fmt.Fprintf(stdout, "%s alone %s in flight: a relay may be delivering %s right now; run cancel again once\n"+
 			"  the lease ends (RELAY_LEASE); a row delivered meanwhile is in the archive instead\n",
-			verb, plural(res.InFlight, "row"))
+			verb, plural(res.InFlight, "row"), it)
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"reflect"
 	"regexp"
 	"slices"
@@ -117,7 +116,8 @@ func loadConfig(environ []string) (config, error) {
 const fileSuffix = "_FILE"
 
 // readSecretFiles replaces, in vars, every secret variable's _FILE twin by
-// the content of the file it names (without a final line break). Setting a
+// the content of the file it names (without a final line break): a regular
+// file, or a link to one, of at most secretFileLimit bytes. Setting a
 // secret and its twin is an error naming both.
 func readSecretFiles(vars map[string]string) error {
 	for _, f := range configFields() {
@@ -133,9 +133,17 @@ func readSecretFiles(vars map[string]string) error {
 			return &configError{Var: twin, Value: path, Reason: "set together with " + f.name + ": set one of them",
 				Allowed: "the path of a file holding " + f.name + ", with " + f.name + " unset"}
 		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return &configError{Var: twin, Value: path, Reason: "cannot read it: " + errors.Unwrap(err).Error(),
+		b, err := readFileLimited(path, secretFileLimit)
+		switch {
+		case errors.Is(err, errFileNotRegular), errors.Is(err, errFileTooLarge):
+			return &configError{Var: twin, Value: path, Reason: err.Error(),
+				Allowed: "the path of a regular file (or a link to one) of at most " + formatLimit(secretFileLimit) + " holding " + f.name}
+		case err != nil:
+			reason := err.Error()
+			if inner := errors.Unwrap(err); inner != nil {
+				reason = inner.Error()
+			}
+			return &configError{Var: twin, Value: path, Reason: "cannot read it: " + reason,
 				Allowed: "the path of a readable file holding " + f.name}
 		}
 		vars[f.name] = strings.TrimRight(string(b), "\r\n")
@@ -289,6 +297,9 @@ func (c *config) validate() error {
 			return c.refuse("RELAY_HTTP_ADDR", "bad port")
 		}
 	}
+	if err := c.checkFileVars(); err != nil {
+		return err
+	}
 	for _, s := range c.sinkEnvs() {
 		if err := s.validate(c); err != nil {
 			return err
@@ -316,10 +327,31 @@ func (c *config) requireDatabase() error {
 	if c.DatabaseURL == "" {
 		return &configError{Var: "DATABASE_URL", Allowed: "a PostgreSQL connection string, like postgres://user:pass@host:5432/db"}
 	}
+	if err := checkDatabaseScheme(c.DatabaseURL); err != nil {
+		return err
+	}
 	if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
 		return databaseURLError(c.DatabaseURL, err)
 	}
 	return nil
+}
+
+// urlScheme matches the scheme of a URL: pgx takes a connection string that
+// starts with postgres:// or postgresql:// for a URL, and anything else for
+// key=value pairs, so a misspelt scheme would otherwise be parsed as pairs
+// and refused with a message about those.
+var urlScheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*)://`)
+
+// checkDatabaseScheme refuses a DATABASE_URL that is a URL with a scheme
+// pgx does not take. The scheme holds no secret, so the error shows it.
+func checkDatabaseScheme(dsn string) error {
+	m := urlScheme.FindStringSubmatch(strings.TrimSpace(dsn))
+	if m == nil || m[1] == "postgres" || m[1] == "postgresql" {
+		return nil
+	}
+	return &configError{Var: "DATABASE_URL", Value: "(not shown: may hold a password)",
+		Reason:  fmt.Sprintf("the scheme %q is not one of PostgreSQL's", m[1]+"://"),
+		Allowed: "a URL starting with postgres:// or postgresql:// (lower case), or key=value pairs (host=db user=app dbname=app)"}
 }
 
 // databaseURLError explains a DATABASE_URL that pgx cannot parse. pgx hides
@@ -359,8 +391,10 @@ func passwordCandidates(dsn string) []string {
 
 var passwordKV = regexp.MustCompile(`(?i)password\s*=\s*('[^']*'|"[^"]*"|\S+)`)
 
-// requireSinks checks that run has somewhere to deliver to.
-func (c *config) requireSinks() error {
+// requireSinks checks that run has somewhere to deliver to. environ is the
+// process's environment: when no sink is configured, the error names the
+// variables of environ that look like a sink's variable misspelt.
+func (c *config) requireSinks(environ []string) error {
 	names := c.sinkNames()
 	switch {
 	case len(names) == 0:
@@ -368,11 +402,32 @@ func (c *config) requireSinks() error {
 		for _, s := range c.sinkEnvs() {
 			enablers = append(enablers, s.enabledBy())
 		}
-		return usageError{fmt.Errorf("no sink is configured: set %s", orList(enablers))}
+		return usageError{fmt.Errorf("no sink is configured: set %s%s", orList(enablers), typoHints(environ, enablers))}
 	case len(names) > 1 && c.Sink == "":
 		return &configError{Var: "RELAY_SINK", Reason: "several sinks are configured, so the default for rows without a destination must be named", Allowed: strings.Join(names, " or ")}
 	}
 	return nil
+}
+
+// typoHints returns, for the error that no sink is configured, the unknown
+// variables of environ whose closest known name is one of enablers, or
+// that have a sink's prefix: " (did you mean NATS_URL? NATS_ULR is set)".
+func typoHints(environ, enablers []string) string {
+	var hints []string
+	for _, u := range unknownVariables(environ) {
+		sinkVar := slices.Contains(enablers, u.Closest)
+		for _, s := range enablers {
+			prefix, _, _ := strings.Cut(s, "_")
+			sinkVar = sinkVar || strings.HasPrefix(u.Name, prefix+"_")
+		}
+		if sinkVar {
+			hints = append(hints, "did you mean "+u.Closest+"? "+u.Name+" is set")
+		}
+	}
+	if len(hints) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(hints, "; ") + ")"
 }
 
 // leaseCovers reports whether a request that takes timeout fits in the

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -17,6 +19,9 @@ import (
 // Connections name themselves outbox-relay in pg_stat_activity unless the
 // URL names them otherwise.
 func openPool(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool.Pool, error) {
+	if err := checkDatabaseScheme(databaseURL); err != nil {
+		return nil, err
+	}
 	pc, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, databaseURLError(databaseURL, err)
@@ -33,6 +38,83 @@ func openPool(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool
 		return nil, fmt.Errorf("open database pool: %w", err)
 	}
 	return pool, nil
+}
+
+// plaintextDatabase reports whether databaseURL lets the connection to a
+// host that is neither a loopback address nor a unix socket go without TLS
+// (sslmode disable, allow, or prefer: pgx's default when sslmode is unset,
+// which falls back to plain text when the server declines TLS), with that
+// host and the sslmode in effect. A password then reaches whatever answers
+// at the address in clear. It reads the connection string as pgx does
+// (PGSSLMODE and the other PG* variables included) and reports nothing for
+// one pgx cannot parse.
+func plaintextDatabase(databaseURL string) (host, sslmode string, ok bool) {
+	pc, err := pgconn.ParseConfig(databaseURL)
+	if err != nil {
+		return "", "", false
+	}
+	// Each host is tried with the primary configuration's TLS settings,
+	// then with those of its fallbacks: with TLS then without (prefer),
+	// without then with (allow), or without only (disable).
+	type attempt struct {
+		host string
+		tls  bool
+	}
+	attempts := []attempt{{pc.Host, pc.TLSConfig != nil}}
+	for _, fb := range pc.Fallbacks {
+		attempts = append(attempts, attempt{fb.Host, fb.TLSConfig != nil})
+	}
+	for i, a := range attempts {
+		if a.tls || localDatabaseHost(a.host) {
+			continue
+		}
+		first, withTLS := a, false
+		for _, b := range attempts {
+			if b.host == a.host {
+				withTLS = withTLS || b.tls
+			}
+		}
+		for _, b := range attempts[:i] {
+			if b.host == a.host {
+				first = b
+				break
+			}
+		}
+		switch {
+		case !withTLS:
+			return a.host, "disable", true
+		case first.tls:
+			return a.host, "prefer", true
+		default:
+			return a.host, "allow", true
+		}
+	}
+	return "", "", false
+}
+
+// localDatabaseHost reports whether host is a unix socket's directory or a
+// loopback name or address, where the connection does not cross a network.
+func localDatabaseHost(host string) bool {
+	if strings.HasPrefix(host, "/") || host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// warnPlaintextDatabase logs one warning when DATABASE_URL lets the
+// connection to a remote database go without TLS (plaintextDatabase).
+func warnPlaintextDatabase(log *slog.Logger, databaseURL string) {
+	host, mode, ok := plaintextDatabase(databaseURL)
+	if !ok {
+		return
+	}
+	if mode == "prefer" {
+		mode = "prefer (pgx's default when sslmode is not set)"
+	}
+	log.Warn("DATABASE_URL allows a connection without TLS to a remote database: the password, queries and payloads "+
+		"may travel in clear, to an impostor too; set sslmode=verify-full (with sslrootcert for a private CA), or at least sslmode=require",
+		"variable", "DATABASE_URL", "host", host, "sslmode", mode)
 }
 
 // waitForDatabase pings until the database answers or ctx ends, so that a

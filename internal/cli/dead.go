@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/relay/admin"
@@ -16,14 +17,23 @@ func cmdDead(ctx context.Context, inv *Invocation, args []string) error {
 	usage := func() {
 		fmt.Fprint(stderr, "Usage: outbox-relay dead <list|retry|purge> [flags]\n\n"+
 			"Inspect and repair dead letters: messages that will not be delivered without an operator.\n\n"+
-			"  list   show dead letters (oldest first)\n"+
+			"  list   show dead letters (oldest failure first)\n"+
 			"  retry  move dead letters back to the hot table, to be delivered again\n"+
 			"  purge  delete dead letters\n\n"+
-			"`outbox-relay dead <command> -h` shows the flags.\n")
+			"`outbox-relay dead <command> -h` shows one command's flags; here are all three.\n")
+	}
+	// fullUsage follows the overview with each command's own usage and
+	// flags, as `dead <command> -h` prints them.
+	fullUsage := func() {
+		usage()
+		for _, sub := range []func(context.Context, *Invocation, []string) error{cmdDeadList, cmdDeadRetry, cmdDeadPurge} {
+			fmt.Fprintln(stderr)
+			_ = sub(ctx, inv, []string{"-h"})
+		}
 	}
 	if len(args) == 0 {
 		usage()
-		return usageError{errors.New("dead needs a command: list, retry or purge")}
+		return usageError{errors.New("dead needs a command: list, retry or purge (outbox-relay dead -h lists their flags)")}
 	}
 	switch args[0] {
 	case "list":
@@ -33,11 +43,11 @@ func cmdDead(ctx context.Context, inv *Invocation, args []string) error {
 	case "purge":
 		return cmdDeadPurge(ctx, inv, args[1:])
 	case "-h", "-help", "--help", "help":
-		usage()
+		fullUsage()
 		return errHelpShown
 	}
 	usage()
-	return usageError{fmt.Errorf("unknown dead command %q: want list, retry or purge", args[0])}
+	return usageError{fmt.Errorf("unknown dead command %q: want list, retry or purge (outbox-relay dead -h lists their flags)", args[0])}
 }
 
 // deadFilterFlags registers the dead-letter filter flags on fs.
@@ -49,16 +59,19 @@ func deadFilterFlags(fs *flag.FlagSet, f *admin.DeadFilter, limit int, limitDoc 
 	fs.StringVar(&f.Destination, "destination", "", "`sink` the row was for, exactly; (default) for rows without a destination")
 	fs.StringVar(&f.Error, "error", "", "`text` found anywhere in the error, ignoring case")
 	fs.Var((*timeFlag)(&f.Since), "since", "failed at or after `time`: RFC 3339 (2026-01-02T15:04:05Z) or a duration ago (24h)")
-	fs.IntVar(&f.Limit, "limit", limit, limitDoc)
+	f.Limit = limit
+	fs.Var((*limitFlag)(&f.Limit), "limit", limitDoc)
 }
 
 func cmdDeadList(ctx context.Context, inv *Invocation, args []string) error {
 	stdout, stderr := inv.Stdout, inv.Stderr
-	fs := newFlagSet("dead list [filters] [--limit N] [--json]",
-		"List dead letters, oldest first, without their payloads.", stderr)
+	fs := newFlagSet("dead list [filters] [--limit N] [--wide] [--json]",
+		"List dead letters, oldest failure first (by failed_at, then id), without their payloads. Follow an event\n"+
+			"across retries by its idempotency key, which never changes.", stderr)
 	var f admin.DeadFilter
 	deadFilterFlags(fs.FlagSet, &f, 50, "show at most `n` dead letters; 0 shows all")
-	asJSON := fs.Bool("json", false, "print JSON (for scripts)")
+	wide := fs.Bool("wide", false, fmt.Sprintf("show each error whole; without it an error is cut at %d characters", deadErrorWidth))
+	asJSON := fs.Bool("json", false, "print JSON (for scripts), errors whole")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -69,7 +82,7 @@ func cmdDeadList(ctx context.Context, inv *Invocation, args []string) error {
 	defer ops.close()
 	list, err := ops.ListDead(ctx, f)
 	if err != nil {
-		return noFilterAsUsage(err, "")
+		return noFilterAsUsage(err, f.Topic, "")
 	}
 	if *asJSON {
 		return writeJSON(stdout, list)
@@ -80,11 +93,21 @@ func cmdDeadList(ctx context.Context, inv *Invocation, args []string) error {
 	}
 	tw := newTable(stdout)
 	fmt.Fprintln(tw, "ID\tFAILED AT\tREASON\tATTEMPTS\tTOPIC\tKEY\tIDEMPOTENCY KEY\tDESTINATION\tERROR")
+	cut := false
 	for _, d := range list.Letters {
+		msg := safe(d.Error)
+		if !*wide {
+			short := oneLine(msg, deadErrorWidth)
+			cut = cut || short != strings.Join(strings.Fields(msg), " ")
+			msg = short
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.FailedAt.UTC().Format(time.RFC3339), safe(d.Reason), d.Attempts,
-			safe(d.Topic), orDash(safe(d.Key)), safe(d.IdempotencyKey), orDash(safe(d.Destination)), oneLine(safe(d.Error), 60))
+			safe(d.Topic), orDash(safe(d.Key)), safe(d.IdempotencyKey), orDash(safe(d.Destination)), msg)
 	}
 	tw.Flush()
+	if cut {
+		fmt.Fprintf(stdout, "errors longer than %d characters are cut (…): --wide or --json shows them whole\n", deadErrorWidth)
+	}
 	if int64(len(list.Letters)) < list.Matched {
 		fmt.Fprintf(stdout, "%d of %d dead letters shown (--limit)\n", len(list.Letters), list.Matched)
 	} else {
@@ -93,6 +116,9 @@ func cmdDeadList(ctx context.Context, inv *Invocation, args []string) error {
 	return nil
 }
 
+// deadErrorWidth is where dead list cuts an error without --wide.
+const deadErrorWidth = 60
+
 func cmdDeadRetry(ctx context.Context, inv *Invocation, args []string) error {
 	stdout, stderr := inv.Stdout, inv.Stderr
 	fs := newFlagSet("dead retry [filters] [--set-topic T] [--set-destination S] [--limit N] [--all] [--dry-run]",
@@ -100,7 +126,7 @@ func cmdDeadRetry(ctx context.Context, inv *Invocation, args []string) error {
 			"its time), keeping their payload, headers, keys, destination and created_at; --set-topic and --set-destination\n"+
 			"re-route them. Dead letters whose idempotency key is pending or already delivered stay.", stderr)
 	var opts admin.RetryDeadOptions
-	deadFilterFlags(fs.FlagSet, &opts.DeadFilter, 0, "retry at most `n` dead letters, oldest first; 0 retries every match")
+	deadFilterFlags(fs.FlagSet, &opts.DeadFilter, 0, "retry at most `n` dead letters, oldest failure first; 0 retries every match")
 	fs.BoolVar(&opts.All, "all", false, "retry every dead letter when no filter is given")
 	fs.StringVar(&opts.SetTopic, "set-topic", "", "re-route: give the retried rows this `topic`")
 	fs.StringVar(&opts.SetDestination, "set-destination", "", "re-route: send the retried rows to this `sink`; (default) for the default sink")
@@ -115,7 +141,7 @@ func cmdDeadRetry(ctx context.Context, inv *Invocation, args []string) error {
 	defer ops.close()
 	res, err := ops.RetryDead(ctx, opts)
 	if err != nil {
-		return noFilterAsUsage(err, "name dead letters with --id, --topic, --key, --reason, --error or --since, or pass --all to retry every one")
+		return noFilterAsUsage(err, opts.Topic, "name dead letters with --id, --topic, --key, --reason, --error or --since, or pass --all to retry every one")
 	}
 	printRetry(stdout, res)
 	return nil
@@ -152,7 +178,7 @@ func cmdDeadPurge(ctx context.Context, inv *Invocation, args []string) error {
 	fs := newFlagSet("dead purge [filters] [--limit N] [--all] [--dry-run]",
 		"Delete dead letters for good.", stderr)
 	var opts admin.PurgeDeadOptions
-	deadFilterFlags(fs.FlagSet, &opts.DeadFilter, 0, "purge at most `n` dead letters, oldest first; 0 purges every match")
+	deadFilterFlags(fs.FlagSet, &opts.DeadFilter, 0, "purge at most `n` dead letters, oldest failure first; 0 purges every match")
 	fs.BoolVar(&opts.All, "all", false, "purge every dead letter when no filter is given")
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "count what would be purged, change nothing")
 	if err := parseFlags(fs, args); err != nil {
@@ -165,7 +191,7 @@ func cmdDeadPurge(ctx context.Context, inv *Invocation, args []string) error {
 	defer ops.close()
 	res, err := ops.PurgeDead(ctx, opts)
 	if err != nil {
-		return noFilterAsUsage(err, "name dead letters with --id, --topic, --key, --reason, --error or --since, or pass --all to purge every one")
+		return noFilterAsUsage(err, opts.Topic, "name dead letters with --id, --topic, --key, --reason, --error or --since, or pass --all to purge every one")
 	}
 	switch {
 	case res.Purged == 0:

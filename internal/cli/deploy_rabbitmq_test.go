@@ -49,7 +49,7 @@ func TestCompose_RabbitMQProfile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the relay-rabbitmq service's environment is refused: %v", err)
 	}
-	if err := c.requireSinks(); err != nil {
+	if err := c.requireSinks(nil); err != nil {
 		t.Error(err)
 	}
 	if c.defaultSink() != "rabbitmq" {

@@ -107,7 +107,7 @@ func TestCompose_RelayEnvironment(t *testing.T) {
 	if err := c.requireDatabase(); err != nil {
 		t.Error(err)
 	}
-	if err := c.requireSinks(); err != nil {
+	if err := c.requireSinks(nil); err != nil {
 		t.Error(err)
 	}
 	if c.NATS.Stream == "" {
@@ -170,7 +170,7 @@ func TestCompose_KafkaProfile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("relay-kafka's environment is refused: %v", err)
 	}
-	if err := c.requireSinks(); err != nil {
+	if err := c.requireSinks(nil); err != nil {
 		t.Error(err)
 	}
 	if names := c.sinkNames(); len(names) != 1 || names[0] != "kafka" {

@@ -19,7 +19,7 @@ type flagSet struct {
 // newFlagSet returns the flag set of one subcommand. The flag package prints
 // nothing itself: parseFlags prints usage for -h, and Main prints mistakes.
 func newFlagSet(usage, summary string, stderr io.Writer) *flagSet {
-	fs := flag.NewFlagSet(strings.Fields(usage)[0], flag.ContinueOnError)
+	fs := flag.NewFlagSet(commandName(usage), flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	return &flagSet{FlagSet: fs, usage: func() {
@@ -31,6 +31,19 @@ func newFlagSet(usage, summary string, stderr io.Writer) *flagSet {
 			printFlags(stderr, fs)
 		}
 	}}
+}
+
+// commandName returns the command words that begin a usage line ("dead
+// list" of "dead list [filters] …"): how errors refer to the command.
+func commandName(usage string) string {
+	var words []string
+	for _, w := range strings.Fields(usage) {
+		if strings.ContainsAny(w[:1], "[(<-") {
+			break
+		}
+		words = append(words, w)
+	}
+	return strings.Join(words, " ")
 }
 
 // printFlags lists fs's flags as the README writes them, with two dashes
@@ -57,11 +70,37 @@ func parseFlags(fs *flagSet, args []string) error {
 			fs.usage()
 			return errHelpShown
 		}
-		return usageError{fmt.Errorf("%w (outbox-relay %s -h lists the flags)", err, fs.Name())}
+		// The flag package writes flags with one dash; the help and the
+		// README write them with two.
+		msg := strings.NewReplacer("for flag -", "for flag --", "defined: -", "defined: --", "argument: -", "argument: --").Replace(err.Error())
+		return usageError{fmt.Errorf("%s (outbox-relay %s -h lists the flags)", msg, fs.Name())}
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected argument %q (outbox-relay %s -h lists the flags)", fs.Arg(0), fs.Name())}
 	}
+	return nil
+}
+
+// limitFlag is a flag.Value for a count limit: an integer of 0 (no limit)
+// or more. A negative one is refused: it would show or touch everything.
+type limitFlag int
+
+func (n *limitFlag) String() string {
+	if n == nil {
+		return "0"
+	}
+	return strconv.Itoa(int(*n))
+}
+
+func (n *limitFlag) Set(s string) error {
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("not an integer")
+	}
+	if v < 0 {
+		return errors.New("negative: want 0 or more")
+	}
+	*n = limitFlag(v)
 	return nil
 }
 

@@ -45,7 +45,7 @@ func cmdMigrate(ctx context.Context, inv *Invocation, args []string) error {
 	if n == 0 {
 		fmt.Fprintf(inv.Stdout, "schema %s is up to date (version %d)\n", c.Schema, migrations.Latest())
 	} else {
-		fmt.Fprintf(inv.Stdout, "schema %s migrated to version %d (%d migrations applied)\n", c.Schema, migrations.Latest(), n)
+		fmt.Fprintf(inv.Stdout, "schema %s migrated to version %d (%s applied)\n", c.Schema, migrations.Latest(), plural(int64(n), "migration"))
 	}
 	return nil
 }

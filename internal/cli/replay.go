@@ -47,7 +47,7 @@ func cmdReplay(ctx context.Context, inv *Invocation, args []string) error {
 	defer ops.close()
 	res, err := ops.Replay(ctx, opts)
 	if err != nil {
-		return noFilterAsUsage(err, "select archived rows with --from, --to, --topic or --key, or pass --all to replay the whole archive")
+		return noFilterAsUsage(err, opts.Topic, "select archived rows with --from, --to, --topic or --key, or pass --all to replay the whole archive")
 	}
 	printReplay(stdout, res)
 	return nil
@@ -68,8 +68,13 @@ func printReplay(w io.Writer, res admin.ReplayResult) {
 		fmt.Fprintf(w, "replayed %s with %s (in the hot table, due now)\n", plural(res.Replayed, "event"), keys)
 	}
 	if res.Matched != res.Events {
-		fmt.Fprintf(w, "%s matched; %s were delivered more than once and are replayed once, from the latest delivery\n",
-			plural(res.Matched, "archived row"), plural(res.Matched-res.Events, "repeat"))
+		repeats := res.Matched - res.Events
+		what := "a repeated delivery"
+		if repeats != 1 {
+			what = "repeated deliveries"
+		}
+		fmt.Fprintf(w, "%s matched, %d of them %s of an event already counted: each event is replayed once, from its latest delivery\n",
+			plural(res.Matched, "archived row"), repeats, what)
 	}
 	if res.SkippedPending > 0 {
 		verb := "skipped"

@@ -27,7 +27,7 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 	if err := c.requireDatabase(); err != nil {
 		return err
 	}
-	if err := c.requireSinks(); err != nil {
+	if err := c.requireSinks(inv.Environ); err != nil {
 		return err
 	}
 	s := settingsOf(&c, inv.Version)
@@ -36,6 +36,7 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 	for _, u := range unknownVariables(inv.Environ) {
 		log.Warn("unknown variable ignored: a typo?", "variable", u.Name, "did_you_mean", u.Closest)
 	}
+	warnPlaintextDatabase(log, s.DatabaseURL)
 
 	registry := prometheus.NewRegistry()
 	metrics, problems, err := registerMetrics(registry)

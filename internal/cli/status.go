@@ -20,7 +20,8 @@ func cmdStatus(ctx context.Context, inv *Invocation, args []string) error {
 			"Reads the database only; works while no relay runs.", stderr)
 	asJSON := fs.Bool("json", false, "print JSON (for scripts)")
 	exact := fs.Bool("exact", false, "count the archive and delivered_keys exactly (full scans) instead of using estimates")
-	top := fs.Int("top", admin.TopErrorsDefault, "how many of the most frequent dead-letter errors to show")
+	top := admin.TopErrorsDefault
+	fs.Var((*limitFlag)(&top), "top", "show the `n` most frequent dead-letter errors (0: the default)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -29,7 +30,7 @@ func cmdStatus(ctx context.Context, inv *Invocation, args []string) error {
 		return err
 	}
 	defer ops.close()
-	st, err := ops.Status(ctx, admin.StatusOptions{DefaultSink: defaultSinkName(&c), TopErrors: *top, ExactCounts: *exact})
+	st, err := ops.Status(ctx, admin.StatusOptions{DefaultSink: defaultSinkName(&c), TopErrors: top, ExactCounts: *exact})
 	if err != nil {
 		return err
 	}

@@ -97,6 +97,23 @@ func mutation(dryRun bool) pgx.TxOptions {
 	return pgx.TxOptions{}
 }
 
+// TopicMatchesAll reports whether the topic filter topic is a LIKE pattern
+// of wildcards alone (%, %%, _%, …), which matches every topic. Such a
+// filter selects nothing in particular: the operations that move or delete
+// rows treat it as no filter, so that --topic % cannot purge, retry, replay
+// or cancel everything without All.
+func TopicMatchesAll(topic string) bool {
+	if !strings.Contains(topic, "%") {
+		return false
+	}
+	return strings.Trim(topic, "%_") == ""
+}
+
+// topicSelects reports whether the topic filter topic narrows a selection.
+func topicSelects(topic string) bool {
+	return topic != "" && !TopicMatchesAll(topic)
+}
+
 // topicParams splits a topic filter into an exact match and a LIKE pattern:
 // a topic containing % is a pattern (where _ also matches any character and
 // \ escapes), any other is matched exactly. Both are nil when topic is

@@ -17,7 +17,9 @@ const CancelError = "cancelled by operator"
 type CancelOptions struct {
 	// Key is the ordering key, matched exactly.
 	Key string
-	// Topic is matched exactly, or as a LIKE pattern when it contains %.
+	// Topic is matched exactly, or as a LIKE pattern when it contains %;
+	// a pattern that matches every topic (TopicMatchesAll) does not count
+	// as the required filter.
 	Topic string
 	// DryRun counts what would be cancelled and changes nothing.
 	DryRun bool
@@ -44,7 +46,7 @@ type CancelResult struct {
 // "cancelled" undoes a cancel.
 func (a *Admin) Cancel(ctx context.Context, opts CancelOptions) (CancelResult, error) {
 	res := CancelResult{DryRun: opts.DryRun}
-	if opts.Key == "" && opts.Topic == "" {
+	if opts.Key == "" && !topicSelects(opts.Topic) {
 		return res, fmt.Errorf("cancel: %w (name a key or a topic)", ErrNoFilter)
 	}
 	topic, topicPattern := topicParams(opts.Topic)

@@ -14,8 +14,9 @@ import (
 
 // DeadFilter selects dead letters. Set fields narrow the selection; an
 // empty filter selects every dead letter, which RetryDead and PurgeDead
-// refuse unless All is set. Dead letters are taken oldest first (by id,
-// which is the row's original insert order).
+// refuse unless All is set (a Topic pattern that matches every topic, like
+// %, counts as no filter: TopicMatchesAll). Dead letters are taken oldest
+// failure first: by failed_at, then id.
 type DeadFilter struct {
 	// IDs selects dead letters by id (the row's id in the hot table).
 	IDs []int64
@@ -34,16 +35,17 @@ type DeadFilter struct {
 	Error string
 	// Since selects dead letters that failed at or after it.
 	Since time.Time
-	// Limit takes at most this many, oldest first; 0 takes all.
+	// Limit takes at most this many, oldest failure first; 0 takes all.
 	Limit int
 	// All lets RetryDead and PurgeDead select every dead letter when no
 	// other field is set. ListDead ignores it.
 	All bool
 }
 
-// selects reports whether f narrows the selection (Limit does not).
+// selects reports whether f narrows the selection (Limit does not, nor a
+// topic pattern that matches every topic).
 func (f DeadFilter) selects() bool {
-	return len(f.IDs) > 0 || f.Topic != "" || f.Key != "" || f.Reason != "" || f.Error != "" || !f.Since.IsZero() || f.Destination != ""
+	return len(f.IDs) > 0 || topicSelects(f.Topic) || f.Key != "" || f.Reason != "" || f.Error != "" || !f.Since.IsZero() || f.Destination != ""
 }
 
 // ErrUnknownReason is returned for a DeadFilter.Reason that is none of
@@ -98,8 +100,8 @@ type DeadList struct {
 	Letters []DeadLetter `json:"dead_letters"`
 }
 
-// ListDead returns the dead letters f selects, oldest first, without their
-// payloads.
+// ListDead returns the dead letters f selects, oldest failure first (by
+// failed_at, then id), without their payloads.
 func (a *Admin) ListDead(ctx context.Context, f DeadFilter) (*DeadList, error) {
 	if err := f.check(); err != nil {
 		return nil, err

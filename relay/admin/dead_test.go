@@ -279,3 +279,76 @@ func TestRetryDead_UndoesACancelAndReroutes(t *testing.T) {
 		t.Errorf("re-routed to %s on %s, want orders.paid on kafka", topic, destination)
 	}
 }
+
+// Dead letters are taken oldest failure first, whatever their ids: a row
+// retried and dead again failed last, though its id may be the lowest.
+func TestListDead_OldestFailureFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	a := insertDead(t, db, "a", "", "k1", "permanent", "boom")
+	b := insertDead(t, db, "a", "", "k2", "permanent", "boom")
+	c := insertDead(t, db, "a", "", "k3", "permanent", "boom")
+	db.Exec(t, `UPDATE %s.dead_letters SET failed_at = now() - interval '2 hours' WHERE id = $1`, b)
+	db.Exec(t, `UPDATE %s.dead_letters SET failed_at = now() - interval '1 hour' WHERE id = $1`, c)
+	db.Exec(t, `UPDATE %s.dead_letters SET failed_at = now() WHERE id = $1`, a)
+	list, err := ops(t, db).ListDead(ctx, admin.DeadFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, l := range list.Letters {
+		got = append(got, l.ID)
+	}
+	if want := []int64{b, c, a}; !slices.Equal(got, want) {
+		t.Errorf("ids = %v, want %v (by failed_at)", got, want)
+	}
+	res, err := ops(t, db).PurgeDead(ctx, admin.PurgeDeadOptions{DeadFilter: admin.DeadFilter{All: true, Limit: 1}})
+	if err != nil || res.Purged != 1 {
+		t.Fatalf("purge with limit 1: %+v, %v", res, err)
+	}
+	if got := column(t, db, "dead_letters", "idempotency_key"); !slices.Equal(got, []string{"k1", "k3"}) {
+		t.Errorf("dead letters left after purging the oldest failure: %v, want k1 and k3", got)
+	}
+}
+
+// A topic pattern of wildcards alone matches every topic: it is no filter,
+// so moving or deleting rows with it needs All, as with no filter at all.
+func TestTopicPatternMatchingEverythingIsNoFilter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	insertDead(t, db, "orders.created", "", "k1", "permanent", "boom")
+	insertArchived(t, db, "orders.created", "", "k2", time.Minute, false)
+	insertPending(t, db, "orders.created", "", "k3")
+	a := ops(t, db)
+	for _, topic := range []string{"%", "%%", "_%", "%_%"} {
+		if !admin.TopicMatchesAll(topic) {
+			t.Errorf("TopicMatchesAll(%q) = false", topic)
+		}
+		if _, err := a.PurgeDead(ctx, admin.PurgeDeadOptions{DeadFilter: admin.DeadFilter{Topic: topic}}); !errors.Is(err, admin.ErrNoFilter) {
+			t.Errorf("purge --topic %q: %v, want ErrNoFilter", topic, err)
+		}
+		if _, err := a.RetryDead(ctx, admin.RetryDeadOptions{DeadFilter: admin.DeadFilter{Topic: topic}}); !errors.Is(err, admin.ErrNoFilter) {
+			t.Errorf("retry --topic %q: %v, want ErrNoFilter", topic, err)
+		}
+		if _, err := a.Replay(ctx, admin.ReplayOptions{Topic: topic}); !errors.Is(err, admin.ErrNoFilter) {
+			t.Errorf("replay --topic %q: %v, want ErrNoFilter", topic, err)
+		}
+		if _, err := a.Cancel(ctx, admin.CancelOptions{Topic: topic}); !errors.Is(err, admin.ErrNoFilter) {
+			t.Errorf("cancel --topic %q: %v, want ErrNoFilter", topic, err)
+		}
+	}
+	for _, topic := range []string{"orders.%", `\%`, "o%", "orders.created", "_"} {
+		if admin.TopicMatchesAll(topic) {
+			t.Errorf("TopicMatchesAll(%q) = true", topic)
+		}
+	}
+	if db.Count(t, "dead_letters") != 1 || db.Count(t, "messages") != 1 {
+		t.Fatal("a refused operation changed rows")
+	}
+	res, err := a.PurgeDead(ctx, admin.PurgeDeadOptions{DeadFilter: admin.DeadFilter{Topic: "%", All: true}})
+	if err != nil || res.Purged != 1 {
+		t.Errorf("purge --topic %% --all: %+v, %v; want 1 purged", res, err)
+	}
+}

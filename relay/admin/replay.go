@@ -27,7 +27,8 @@ type ReplayOptions struct {
 	// leave that end open.
 	From, To time.Time
 	By       TimeColumn
-	// Topic is matched exactly, or as a LIKE pattern when it contains %.
+	// Topic is matched exactly, or as a LIKE pattern when it contains %;
+	// a pattern that matches every topic (TopicMatchesAll) needs All.
 	Topic string
 	// Key is the ordering key, matched exactly.
 	Key string
@@ -42,7 +43,7 @@ type ReplayOptions struct {
 }
 
 func (o ReplayOptions) selects() bool {
-	return !o.From.IsZero() || !o.To.IsZero() || o.Topic != "" || o.Key != ""
+	return !o.From.IsZero() || !o.To.IsZero() || topicSelects(o.Topic) || o.Key != ""
 }
 
 func (o ReplayOptions) args() []any {

@@ -157,7 +157,7 @@ SELECT (SELECT count(*) FROM %[1]s.archive), (SELECT count(*) FROM %[1]s.deliver
 // deadLettersMatch selects dead letters by the DeadFilter parameters: $1 ids,
 // $2 exact topic, $3 topic LIKE pattern, $4 key, $5 reason, $6 error ILIKE
 // pattern, $7 failed at or after, $8 limit (NULL: all), $9 destination
-// (DefaultSinkLabel for none), oldest first.
+// (DefaultSinkLabel for none), oldest failure first.
 const deadLettersMatch = `
   FROM %[1]s.dead_letters AS d
  WHERE ($1::bigint[] IS NULL OR d.id = ANY ($1))
@@ -168,7 +168,7 @@ const deadLettersMatch = `
    AND ($6::text IS NULL OR d.error ILIKE $6)
    AND ($7::timestamptz IS NULL OR d.failed_at >= $7)
    AND ($9::text IS NULL OR d.destination = $9 OR ($9 = '` + DefaultSinkLabel + `' AND d.destination IS NULL))
- ORDER BY d.id
+ ORDER BY d.failed_at, d.id
  LIMIT $8`
 
 // queryDeadLettersList returns the matching dead letters, without their
