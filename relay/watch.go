@@ -150,11 +150,12 @@ func (w *sinkWatch) failed(now time.Time, err string) (msg string, attrs []any) 
 
 // ready returns why the sink is not ready, given its availability now
 // (availErr): it is unavailable; it is stalled (connected, but every
-// delivery fails); or it was unavailable less than stallAfter ago and has
-// delivered nothing since. The last keeps a sink whose every request fails
+// delivery fails); or it was unavailable less than stallAfter ago and its
+// last delivery failed. The last keeps a sink whose every request fails
 // not ready between the pauses of its circuit breaker, when it is
 // available only until its next request fails; a sink back from an outage
-// is ready at its first delivery, or after stallAfter without rows.
+// is ready at once when nothing failed, else at its first delivery or
+// after stallAfter.
 func (w *sinkWatch) ready(now time.Time, availErr error) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -166,13 +167,9 @@ func (w *sinkWatch) ready(now time.Time, availErr error) error {
 		return fmt.Errorf("connected but no delivery succeeded for %s while %d failed (last error: %s)",
 			now.Sub(w.failing.since).Round(time.Second), w.failures, w.lastErr)
 	}
-	if !w.lastUnavailable.IsZero() && w.lastSuccess.Before(w.lastUnavailable) && now.Sub(w.lastUnavailable) < w.stallAfter {
-		reason := ""
-		if w.lastReason != "" {
-			reason = " (" + w.lastReason + ")"
-		}
-		return fmt.Errorf("unavailable %s ago%s, and nothing delivered since",
-			now.Sub(w.lastUnavailable).Round(time.Second), reason)
+	if !w.lastUnavailable.IsZero() && !w.failing.since.IsZero() && now.Sub(w.lastUnavailable) < w.stallAfter {
+		return fmt.Errorf("unavailable %s ago (%s), and its last delivery failed (%s)",
+			now.Sub(w.lastUnavailable).Round(time.Second), w.lastReason, w.lastErr)
 	}
 	return nil
 }
