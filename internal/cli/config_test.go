@@ -61,6 +61,7 @@ func TestRun_RefusesBadConfigurationNamingTheVariable(t *testing.T) {
 		{[]string{"WEBHOOK_URL=https://example.com/x", "WEBHOOK_SECRET=" + testSecret}, []string{"RELAY_SINK", "nats or webhook"}},
 		{[]string{"WEBHOOK_CONCURRENCY=0"}, []string{`WEBHOOK_CONCURRENCY="0"`, "1 to 1024"}},
 		{[]string{"WEBHOOK_TIMEOUT=soon"}, []string{`WEBHOOK_TIMEOUT="soon"`}},
+		{[]string{"WEBHOOK_MAX_BODY_BYTES=100"}, []string{`WEBHOOK_MAX_BODY_BYTES="100"`, "1024 to 1073741824"}},
 		{[]string{"WEBHOOK_URL=https://example.com/x", "WEBHOOK_SECRET=" + testSecret, "RELAY_SINK=webhook", "WEBHOOK_TIMEOUT=30s"}, []string{`RELAY_LEASE="30s"`, "WEBHOOK_TIMEOUT=30s"}},
 		{[]string{"RELAY_CLOUDEVENTS_SOURCE=has space"}, []string{"RELAY_CLOUDEVENTS_SOURCE"}},
 		// A timeout equal to the delivery budget (80% of the lease) would

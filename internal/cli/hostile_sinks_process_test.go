@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rabbitmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
 )
 
 // The process tests of issue 22: nothing a producer writes, and no limit of
@@ -133,5 +135,85 @@ func TestProcess_HostileRabbitMQBodyOverMaxMessageBytes(t *testing.T) {
 	}
 	if logHas(p, "RabbitMQ closed the channel") {
 		t.Error("the broker closed the channel: the large row was published")
+	}
+}
+
+// TestProcess_HostileWebhookBodyAndHeaders: a body over
+// WEBHOOK_MAX_BODY_BYTES is dead-lettered without being posted; headers a
+// receiver or a proxy in front of it would act on (Forwarded,
+// X-Forwarded-*, method overrides, Content-Encoding, hop-by-hop and framing
+// headers) never reach it from a row, which is delivered without them; a
+// row whose headers pass the relay's header budget is dead-lettered.
+func TestProcess_HostileWebhookBodyAndHeaders(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	rcv := webhooktest.NewReceiver(t)
+	forbidden := map[string]string{
+		"Forwarded":              "for=203.0.113.7;host=admin.internal",
+		"X-Forwarded-For":        "127.0.0.1",
+		"X-Forwarded-Host":       "admin.internal",
+		"X-Forwarded-Proto":      "https",
+		"X-HTTP-Method-Override": "DELETE",
+		"X-Method-Override":      "DELETE",
+		"X-HTTP-Method":          "DELETE",
+		"Content-Encoding":       "gzip",
+		"Transfer-Encoding":      "chunked",
+		"Connection":             "close",
+		"Host":                   "admin.internal",
+		"Content-Length":         "1",
+		"Te":                     "trailers",
+		"Upgrade":                "websocket",
+		"Proxy-Authorization":    "Basic Zm9vOmJhcg==",
+		"Keep-Alive":             "timeout=5",
+		"Trailer":                "Expires",
+		"Webhook-Id":             "forged",
+		"Idempotency-Key":        "forged",
+	}
+	var headers strings.Builder
+	headers.WriteString(`{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"`)
+	for k, v := range forbidden {
+		headers.WriteString(`, "` + k + `": "` + v + `"`)
+	}
+	headers.WriteString("}")
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, headers, idempotency_key) VALUES
+	  ('orders.created', '{"ok": true}', $1::jsonb, 'stripped-1'),
+	  ('orders.created', convert_to(repeat('x', 65537), 'UTF8'), NULL, 'too-large-1'),
+	  ('orders.created', convert_to(repeat('x', 65536), 'UTF8'), NULL, 'just-fits-1'),
+	  ('orders.created', 'big headers', jsonb_build_object('x-big', repeat('h', 20000)), 'big-headers-1')`, headers.String())
+	startProcess(t,
+		"DATABASE_URL="+db.URL, "RELAY_SCHEMA="+db.Name,
+		"WEBHOOK_URL="+rcv.URL, "WEBHOOK_SECRET="+rcv.Secret, "WEBHOOK_MAX_BODY_BYTES=65536")
+
+	wantPermanent(t, db, "too-large-1", "65537", "65536", "WEBHOOK_MAX_BODY_BYTES")
+	wantPermanent(t, db, "big-headers-1", "header", "16384")
+	relaytest.WaitDrained(t, db, 30*time.Second)
+	for _, r := range rcv.Requests() {
+		switch r.ID() {
+		case "too-large-1", "big-headers-1":
+			t.Errorf("row %s was posted", r.ID())
+		case "stripped-1":
+			for k, v := range forbidden {
+				// Content-Length, Webhook-Id and Idempotency-Key are
+				// sent, with the relay's values.
+				if vals := r.Header.Values(k); slices.Contains(vals, v) || len(vals) > 0 && !(k == "Content-Length" || k == "Webhook-Id" || k == "Idempotency-Key") {
+					t.Errorf("the receiver got the row's %s: %q", k, vals)
+				}
+			}
+			if got := r.Header.Values("Webhook-Id"); len(got) != 1 || got[0] != "stripped-1" {
+				t.Errorf("webhook-id %q, want the relay's stripped-1", got)
+			}
+			if got := r.Header.Values("Idempotency-Key"); len(got) != 1 || got[0] != "stripped-1" {
+				t.Errorf("Idempotency-Key %q, want the relay's stripped-1", got)
+			}
+			if r.Host != strings.TrimPrefix(rcv.Server.URL, "http://") {
+				t.Errorf("request for host %q, want the URL's", r.Host)
+			}
+			if r.Header.Get("traceparent") == "" {
+				t.Error("the row's traceparent did not arrive")
+			}
+		}
+	}
+	if rcv.Arrived("stripped-1") != 1 || rcv.Arrived("just-fits-1") != 1 {
+		t.Errorf("stripped-1 arrived %d times, just-fits-1 %d times; want once each", rcv.Arrived("stripped-1"), rcv.Arrived("just-fits-1"))
 	}
 }

@@ -92,6 +92,7 @@ var sampleValues = map[string]string{
 	"RABBITMQ_EXCHANGE":          "outbox.events",
 	"RABBITMQ_CONFIRM_TIMEOUT":   "4s",
 	"RABBITMQ_MAX_MESSAGE_BYTES": "1048576",
+	"WEBHOOK_MAX_BODY_BYTES":     "1048576",
 	"RABBITMQ_TLS_CA_FILE":       "/etc/outbox-relay/rabbitmq-ca.pem",
 	"RABBITMQ_TLS_CERT_FILE":     "/etc/outbox-relay/rabbitmq-client.pem",
 	"RABBITMQ_TLS_KEY_FILE":      "/etc/outbox-relay/rabbitmq-client-key.pem",
