@@ -1,13 +1,19 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
+	"github.com/outbox-relay/outbox-relay/internal/natstest"
 	"github.com/outbox-relay/outbox-relay/internal/rabbitmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
@@ -215,5 +221,109 @@ func TestProcess_HostileWebhookBodyAndHeaders(t *testing.T) {
 	}
 	if rcv.Arrived("stripped-1") != 1 || rcv.Arrived("just-fits-1") != 1 {
 		t.Errorf("stripped-1 arrived %d times, just-fits-1 %d times; want once each", rcv.Arrived("stripped-1"), rcv.Arrived("just-fits-1"))
+	}
+}
+
+// TestProcess_HostileNATSLimitsAndPrefix: without NATS_SUBJECT_PREFIX the
+// relay warns at start, naming the variable; a message whose headers and
+// payload together pass the server's max_payload, or whose headers pass the
+// relay's header budget, is dead-lettered before publishing; a row's own
+// Idempotency-Key header never contradicts Nats-Msg-Id.
+func TestProcess_HostileNATSLimitsAndPrefix(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	srv := natstest.Start(t, func(o *server.Options) { o.MaxPayload = 32 * 1024 })
+	srv.CreateStream(t, "ORDERS", "orders.>")
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, headers, idempotency_key) VALUES
+	  ('orders.created', 'small', '{"Idempotency-Key": "forged"}', 'small-1'),
+	  ('orders.created', convert_to(repeat('x', 20000), 'UTF8'), jsonb_build_object('x-pad', repeat('h', 15000)), 'over-max-payload-1'),
+	  ('orders.created', 'big headers', jsonb_build_object('x-big', repeat('h', 20000)), 'big-headers-1')`)
+	p := startProcess(t, relayEnv(db, srv)...)
+	p.waitLog("NATS_SUBJECT_PREFIX")
+	if !logHas(p, `"level":"WARN"`, "NATS_SUBJECT_PREFIX") {
+		t.Error("no warning naming NATS_SUBJECT_PREFIX")
+	}
+	wantPermanent(t, db, "over-max-payload-1", "max_payload", "32768")
+	wantPermanent(t, db, "big-headers-1", "header", "16384")
+	relaytest.WaitDrained(t, db, 30*time.Second)
+	msgs := srv.Messages(t, "ORDERS")
+	if len(msgs) != 1 {
+		t.Fatalf("the stream holds %d messages, want the small one", len(msgs))
+	}
+	if got := msgs[0].Header.Values("Idempotency-Key"); len(got) > 0 && (len(got) != 1 || got[0] != "small-1") {
+		t.Errorf("the message carries Idempotency-Key %q beside Nats-Msg-Id %q", got, msgs[0].Header.Get("Nats-Msg-Id"))
+	}
+}
+
+// TestProcess_HostileNATSSubjectPrefixRefused: a NATS_SUBJECT_PREFIX with a
+// control character, whitespace or a wildcard stops the relay at start,
+// naming the variable.
+func TestProcess_HostileNATSSubjectPrefixRefused(t *testing.T) {
+	t.Parallel()
+	for _, prefix := range []string{"events\x01.", "ev\x7fents.", "events\u00a0.", "ev*.", "ev>.", "ev ents."} {
+		// A prefix that passes goes on to wait for the database: the
+		// deadline turns that into a failure instead of a hang.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cmd := exec.CommandContext(ctx, binary, "run")
+		cmd.Env = []string{"DATABASE_URL=postgres://u@127.0.0.1:1/db", "NATS_URL=nats://127.0.0.1:1", "NATS_SUBJECT_PREFIX=" + prefix, "RELAY_HTTP_ADDR="}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		cancel()
+		if code := cmd.ProcessState.ExitCode(); err == nil || code != exitUsage {
+			t.Errorf("NATS_SUBJECT_PREFIX=%q: exit code %d, want %d (%s)", prefix, code, exitUsage, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "NATS_SUBJECT_PREFIX") {
+			t.Errorf("NATS_SUBJECT_PREFIX=%q: the error does not name the variable: %s", prefix, stderr.String())
+		}
+	}
+}
+
+// TestProcess_HostileKafkaInternalTopics: without KAFKA_TOPIC_PREFIX the
+// relay warns at start, naming the variable, and a row naming one of the
+// ecosystem's internal topics (Kafka's, Kafka Connect's, Schema Registry's,
+// Confluent's and ksqlDB's, MirrorMaker's) is dead-lettered, even when the
+// topic exists; a row whose headers pass the header budget too.
+func TestProcess_HostileKafkaInternalTopics(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	c := kafkatest.Start(t)
+	internal := []string{
+		"connect-configs", "connect-offsets", "connect-status", "connect-cluster-offsets",
+		"_schemas", "_confluent-metrics", "_confluent-ksql-default__command_topic",
+		"__consumer_offsets", "__transaction_state", "mm2-offset-syncs.east.internal",
+	}
+	c.CreateTopic(t, "orders.created", 1)
+	for _, topic := range internal {
+		if !strings.HasPrefix(topic, "__") {
+			c.CreateTopic(t, topic, 1)
+		}
+	}
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('orders.created', 'ok', 'ok-1')`)
+	for _, topic := range internal {
+		db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ($1, '{"poison": true}', $1)`, topic)
+	}
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, headers, idempotency_key) VALUES
+	  ('orders.created', 'big headers', jsonb_build_object('x-big', repeat('h', 20000)), 'big-headers-1')`)
+	p := startProcess(t, "DATABASE_URL="+db.URL, "RELAY_SCHEMA="+db.Name, "KAFKA_BROKERS="+c.BrokerList())
+	p.waitLog("KAFKA_TOPIC_PREFIX")
+	if !logHas(p, `"level":"WARN"`, "KAFKA_TOPIC_PREFIX") {
+		t.Error("no warning naming KAFKA_TOPIC_PREFIX")
+	}
+	for _, topic := range internal {
+		wantPermanent(t, db, topic, topic, "internal")
+	}
+	wantPermanent(t, db, "big-headers-1", "header", "16384")
+	relaytest.WaitDrained(t, db, 30*time.Second)
+	for _, topic := range internal {
+		if strings.HasPrefix(topic, "__") {
+			continue
+		}
+		if recs := c.Records(t, topic); len(recs) != 0 {
+			t.Errorf("internal topic %s holds %d records from rows", topic, len(recs))
+		}
+	}
+	if recs := c.Records(t, "orders.created"); len(recs) != 1 || string(recs[0].Value) != "ok" {
+		t.Errorf("orders.created holds %d records, want the ok row alone", len(recs))
 	}
 }
