@@ -49,6 +49,9 @@ func TestRun_RefusesBadConfigurationNamingTheVariable(t *testing.T) {
 		{[]string{"RELAY_ARCHIVE_RETENTION=-1h"}, []string{`RELAY_ARCHIVE_RETENTION="-1h0m0s"`}},
 		{[]string{"NATS_URL=http://x:4222"}, []string{"NATS_URL", `unsupported scheme "http"`}},
 		{[]string{"NATS_SUBJECT_PREFIX=events"}, []string{`NATS_SUBJECT_PREFIX="events"`}},
+		{[]string{"NATS_SUBJECT_PREFIX=ev\x01ents."}, []string{"NATS_SUBJECT_PREFIX", "control character"}},
+		{[]string{"NATS_SUBJECT_PREFIX=events\u00a0."}, []string{"NATS_SUBJECT_PREFIX", "whitespace"}},
+		{[]string{"KAFKA_TOPIC_PREFIX=_events."}, []string{`KAFKA_TOPIC_PREFIX="_events."`, "internal topics"}},
 		{[]string{"NATS_STREAM=EVENTS"}, []string{`NATS_STREAM="EVENTS"`, "NATS_SUBJECT_PREFIX is empty"}},
 		{[]string{"NATS_ACK_TIMEOUT=0s"}, []string{`NATS_ACK_TIMEOUT="0s"`}},
 		{[]string{"DATABASE_URL=postgres://u:hunter2@[::1"}, []string{"DATABASE_URL"}},
@@ -61,6 +64,7 @@ func TestRun_RefusesBadConfigurationNamingTheVariable(t *testing.T) {
 		{[]string{"WEBHOOK_URL=https://example.com/x", "WEBHOOK_SECRET=" + testSecret}, []string{"RELAY_SINK", "nats or webhook"}},
 		{[]string{"WEBHOOK_CONCURRENCY=0"}, []string{`WEBHOOK_CONCURRENCY="0"`, "1 to 1024"}},
 		{[]string{"WEBHOOK_TIMEOUT=soon"}, []string{`WEBHOOK_TIMEOUT="soon"`}},
+		{[]string{"WEBHOOK_MAX_BODY_BYTES=100"}, []string{`WEBHOOK_MAX_BODY_BYTES="100"`, "1024 to 1073741824"}},
 		{[]string{"WEBHOOK_URL=https://example.com/x", "WEBHOOK_SECRET=" + testSecret, "RELAY_SINK=webhook", "WEBHOOK_TIMEOUT=30s"}, []string{`RELAY_LEASE="30s"`, "WEBHOOK_TIMEOUT=30s"}},
 		{[]string{"RELAY_CLOUDEVENTS_SOURCE=has space"}, []string{"RELAY_CLOUDEVENTS_SOURCE"}},
 		// A timeout equal to the delivery budget (80% of the lease) would

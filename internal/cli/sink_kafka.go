@@ -16,7 +16,7 @@ import (
 // kafkaEnv is the kafka sink's configuration (sinks/kafka).
 type kafkaEnv struct {
 	Brokers         string        `env:"KAFKA_BROKERS" doc:"Kafka seed brokers, comma-separated; enables the kafka sink. The client discovers the rest of the cluster from them." allowed:"host:port pairs separated by commas, like kafka-1:9092,kafka-2:9092"`
-	TopicPrefix     string        `env:"KAFKA_TOPIC_PREFIX" doc:"Prepended to the row's topic to form the Kafka topic, like events. for events.orders.created." allowed:"empty, or up to 248 of the characters Kafka allows in topic names (letters, digits, '.', '_', '-'), not starting with __"`
+	TopicPrefix     string        `env:"KAFKA_TOPIC_PREFIX" doc:"Prepended to the row's topic to form the Kafka topic, like events. for events.orders.created." allowed:"empty, or up to 248 of the characters Kafka allows in topic names (letters, digits, '.', '_', '-'), not starting with _"`
 	ProduceTimeout  time.Duration `env:"KAFKA_PRODUCE_TIMEOUT" envDefault:"10s" doc:"How long a record may wait for Kafka's acknowledgement (acks=all) before the message is retried." allowed:"a duration of at least 1s and at most 60% of RELAY_LEASE"`
 	MaxMessageBytes int           `env:"KAFKA_MAX_MESSAGE_BYTES" envDefault:"1000012" doc:"Largest record batch the relay sends; a message larger than this on its own goes to the dead letters at once. Keep it at most the topics' max.message.bytes." allowed:"an integer from 512 to 104857600"`
 	SASLMechanism   string        `env:"KAFKA_SASL_MECHANISM" doc:"SASL mechanism to authenticate with; empty: no SASL." allowed:"PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, with KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD"`
@@ -146,5 +146,8 @@ func (e *kafkaEnv) settings(c *config, version string) any {
 func (e *kafkaEnv) open(settings any, log *slog.Logger) (sinks.Sink, error) {
 	cfg := settings.(kafkasink.Config)
 	cfg.Logger = log
+	if cfg.TopicPrefix == "" {
+		log.Warn("KAFKA_TOPIC_PREFIX is not set: a row's topic is the whole Kafka topic, so rows can write to any topic the relay's user may (only the ecosystem's internal topics are refused); set KAFKA_TOPIC_PREFIX, or limit the user's WRITE ACLs to the event topics", "sink", "kafka")
+	}
 	return kafkasink.New(cfg)
 }

@@ -33,6 +33,8 @@ func TestRun_RefusesBadRabbitMQConfiguration(t *testing.T) {
 		{[]string{"RABBITMQ_TLS_CA_FILE=/ca.pem"}, []string{"RABBITMQ_TLS_CA_FILE", "amqps://"}},
 		{[]string{tlsURL, "RABBITMQ_TLS_CERT_FILE=/cert.pem", "RELAY_SINK=nats"}, []string{"RABBITMQ_TLS_CERT_FILE", "without RABBITMQ_TLS_KEY_FILE"}},
 		{[]string{tlsURL, "RABBITMQ_TLS_KEY_FILE=/key.pem", "RELAY_SINK=nats"}, []string{"RABBITMQ_TLS_KEY_FILE", "without RABBITMQ_TLS_CERT_FILE"}},
+		{[]string{url, "RABBITMQ_MAX_MESSAGE_BYTES=536870913", "RELAY_SINK=nats"}, []string{`RABBITMQ_MAX_MESSAGE_BYTES="536870913"`, "1 to 536870912"}},
+		{[]string{url, "RABBITMQ_MAX_MESSAGE_BYTES=-1", "RELAY_SINK=nats"}, []string{`RABBITMQ_MAX_MESSAGE_BYTES="-1"`}},
 		{[]string{url}, []string{"RELAY_SINK", "nats or rabbitmq"}},
 	}
 	for _, c := range cases {

@@ -274,6 +274,9 @@ func (s *Sink) record(m *sinks.Message) (*kgo.Record, error) {
 	if err := ValidateTopic(topic); err != nil {
 		return nil, sinks.Permanent(err)
 	}
+	if err := sinks.CheckHeaderBudget(m); err != nil {
+		return nil, err
+	}
 	value := m.Payload
 	if value == nil {
 		value = []byte{} // a nil value is a tombstone in Kafka

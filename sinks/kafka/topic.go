@@ -9,14 +9,31 @@ import (
 // TopicMaxLen is the longest topic name Kafka accepts.
 const TopicMaxLen = 249
 
-// internalTopicPrefix starts the names of Kafka's own topics
-// (__consumer_offsets, __transaction_state, __cluster_metadata, …).
-const internalTopicPrefix = "__"
+// internalTopicPrefix starts the names of the ecosystem's internal topics:
+// Kafka's own (__consumer_offsets, __transaction_state,
+// __cluster_metadata, …), Schema Registry's (_schemas), Confluent's
+// (_confluent-metrics, _confluent-command, …) and ksqlDB's
+// (_confluent-ksql-<service>_command_topic, …).
+const internalTopicPrefix = "_"
+
+// internalTopic returns why topic is one of the ecosystem's internal topics,
+// which rows must never reach, or "".
+func internalTopic(topic string) string {
+	switch {
+	case strings.HasPrefix(topic, internalTopicPrefix):
+		return "names starting with _ are the internal topics of Kafka (__consumer_offsets, __transaction_state), Schema Registry (_schemas), Confluent and ksqlDB (_confluent*)"
+	case strings.HasPrefix(topic, "connect-") && (strings.HasSuffix(topic, "-configs") || strings.HasSuffix(topic, "-offsets") || strings.HasSuffix(topic, "-status")):
+		return "connect-…-configs, -offsets and -status are Kafka Connect's internal topics"
+	case strings.HasSuffix(topic, ".internal"):
+		return "names ending with .internal are MirrorMaker 2's internal topics"
+	}
+	return ""
+}
 
 // ValidateTopic reports whether Kafka can ever accept topic as a topic
 // name: 1 to 249 characters among ASCII letters, digits, '.', '_' and '-',
-// neither "." nor "..". Names starting with "__" are refused as well: they
-// belong to Kafka's internal topics, which rows must never reach.
+// neither "." nor "..". The ecosystem's internal topics are refused as well
+// (see internalTopic): rows must never reach them.
 func ValidateTopic(topic string) error {
 	switch {
 	case topic == "":
@@ -25,8 +42,9 @@ func ValidateTopic(topic string) error {
 		return fmt.Errorf("invalid Kafka topic %q…: %d characters, more than Kafka's %d", topic[:32], len(topic), TopicMaxLen)
 	case topic == "." || topic == "..":
 		return fmt.Errorf("invalid Kafka topic %q", topic)
-	case strings.HasPrefix(topic, internalTopicPrefix):
-		return fmt.Errorf("invalid Kafka topic %q: names starting with %s are Kafka's internal topics", topic, internalTopicPrefix)
+	}
+	if why := internalTopic(topic); why != "" {
+		return fmt.Errorf("Kafka topic %q is an internal topic, never written from a row: %s", topic, why)
 	}
 	for i := 0; i < len(topic); i++ {
 		if !topicChar(topic[i]) {
@@ -37,7 +55,8 @@ func ValidateTopic(topic string) error {
 }
 
 // ValidateTopicPrefix reports whether prefix can start topic names: empty,
-// or at most TopicMaxLen-1 legal characters, not starting with "__".
+// or at most TopicMaxLen-1 legal characters, not starting with "_" (every
+// topic would be an internal one).
 func ValidateTopicPrefix(prefix string) error {
 	if prefix == "" {
 		return nil
@@ -46,7 +65,7 @@ func ValidateTopicPrefix(prefix string) error {
 		return fmt.Errorf("a topic prefix of %d characters leaves no room for a topic (Kafka's limit is %d)", len(prefix), TopicMaxLen)
 	}
 	if strings.HasPrefix(prefix, internalTopicPrefix) {
-		return fmt.Errorf("names starting with %s are Kafka's internal topics", internalTopicPrefix)
+		return fmt.Errorf("names starting with %s are the ecosystem's internal topics", internalTopicPrefix)
 	}
 	for i := 0; i < len(prefix); i++ {
 		if !topicChar(prefix[i]) {

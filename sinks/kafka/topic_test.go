@@ -16,7 +16,10 @@ func TestValidateTopic(t *testing.T) {
 		{"events.orders.created", true},
 		{"events.orders-v2.created_at", true},
 		{"Orders.2026", true},
-		{"_schemas", true}, // legal; keep rows off it with a prefix or ACLs
+		{"connect.orders", true},
+		{"orders-status", true},
+		{"connector-offsets-v2", true},
+		{"internal.orders", true},
 		{strings.Repeat("a", 249), true},
 		{"...", true},
 		{"", false},
@@ -32,6 +35,16 @@ func TestValidateTopic(t *testing.T) {
 		{"__consumer_offsets", false},
 		{"__transaction_state", false},
 		{"__anything", false},
+		// The ecosystem's internal topics (issue 22).
+		{"_schemas", false},
+		{"_confluent-metrics", false},
+		{"_confluent-ksql-default__command_topic", false},
+		{"connect-configs", false},
+		{"connect-offsets", false},
+		{"connect-status", false},
+		{"connect-cluster-offsets", false},
+		{"mm2-offset-syncs.east.internal", false},
+		{"east.checkpoints.internal", false},
 	}
 	for _, tt := range tests {
 		err := kafkasink.ValidateTopic(tt.topic)

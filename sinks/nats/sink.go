@@ -294,27 +294,52 @@ func (s *Sink) deliverCore(ctx context.Context, msgs []sinks.Message, errs []err
 }
 
 // natsMsg builds the NATS message for m, with Nats-Msg-Id set to its
-// idempotency key, refusing what the server can never accept.
+// idempotency key, refusing what the server can never accept: an invalid
+// subject, headers over the relay's header budget, headers and payload
+// together over the server's max_payload.
 func (s *Sink) natsMsg(m *sinks.Message) (*nats.Msg, error) {
 	subject := s.cfg.SubjectPrefix + m.Topic
 	if err := ValidateSubject(subject); err != nil {
 		return nil, sinks.Permanent(err)
 	}
+	if err := sinks.CheckHeaderBudget(m); err != nil {
+		return nil, err
+	}
 	msg := &nats.Msg{Subject: subject, Data: m.Payload, Header: make(nats.Header, len(m.Headers)+1)}
 	for k, v := range m.Headers {
 		// Nats-* headers steer the server (Nats-Msg-Id, Nats-Rollup,
 		// Nats-Expected-*, Nats-TTL, …) and JetStream reads them in any
-		// case: a row cannot set them.
-		if len(k) >= len(reservedPrefix) && strings.EqualFold(k[:len(reservedPrefix)], reservedPrefix) {
+		// case: a row cannot set them. Nor Idempotency-Key, which would
+		// contradict Nats-Msg-Id.
+		if len(k) >= len(reservedPrefix) && strings.EqualFold(k[:len(reservedPrefix)], reservedPrefix) || strings.EqualFold(k, idempotencyKeyHeader) {
 			continue
 		}
 		msg.Header[k] = []string{v}
 	}
 	msg.Header[jetstream.MsgIDHeader] = []string{m.IdempotencyKey}
-	if max := s.nc.MaxPayload(); max > 0 && int64(len(m.Payload)) > max {
-		return nil, sinks.Permanent(fmt.Errorf("payload of %d bytes exceeds the NATS server's max_payload of %d bytes", len(m.Payload), max))
+	if max := s.nc.MaxPayload(); max > 0 {
+		if size := int64(len(m.Payload) + headerSize(msg.Header)); size > max {
+			return nil, sinks.Permanent(&sinks.LimitError{What: "message (payload and headers)", Size: size, Limit: "the NATS server's max_payload", Max: max})
+		}
 	}
 	return msg, nil
+}
+
+// idempotencyKeyHeader is the header that carries the idempotency key on
+// Kafka and HTTP; on NATS, Nats-Msg-Id does.
+const idempotencyKeyHeader = "Idempotency-Key"
+
+// headerSize returns the size of h as the client sends it, which the server
+// counts in max_payload: "NATS/1.0\r\n", a "Name: value\r\n" line per
+// value, and "\r\n".
+func headerSize(h nats.Header) int {
+	n := len("NATS/1.0\r\n") + len("\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
 }
 
 // Available reports whether the sink can deliver now: nil while connected,

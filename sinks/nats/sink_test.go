@@ -371,3 +371,43 @@ func TestValidateSubject(t *testing.T) {
 		}
 	}
 }
+
+// TestSink_HeadersAndPayloadOverMaxPayloadArePermanent: the server counts
+// headers and payload together in max_payload. A message that fills it
+// exactly is published; one byte more is refused before publishing, naming
+// the sizes; headers over the relay's header budget too. A row's
+// Idempotency-Key never travels beside Nats-Msg-Id.
+func TestSink_HeadersAndPayloadOverMaxPayloadArePermanent(t *testing.T) {
+	modes(t, func(t *testing.T, jetStream bool) {
+		const max = 8192
+		srv := natstest.Start(t, func(o *server.Options) { o.MaxPayload = max })
+		srv.CreateStream(t, stream, prefix+">")
+		s := newSink(t, srv, jetStream)
+		msgs := sinktest.Messages(t, 4)
+		for _, i := range []int{0, 1} {
+			msgs[i].Headers = map[string]string{"x-pad": strings.Repeat("h", 4000), "Idempotency-Key": "forged"}
+			// NATS/1.0, x-pad's and Nats-Msg-Id's lines, the end.
+			hdr := len("NATS/1.0\r\n") + len("x-pad: \r\n") + 4000 + len("Nats-Msg-Id: \r\n") + len(msgs[i].IdempotencyKey) + len("\r\n")
+			msgs[i].Payload = make([]byte, max-hdr+i)
+		}
+		msgs[2].Headers = map[string]string{"x-big": strings.Repeat("h", sinks.HeaderBytesMax)}
+		errs := deliver(t, s, msgs)
+		if errs[0] != nil || errs[3] != nil {
+			t.Fatalf("the message that fills max_payload exactly: %v; a normal one: %v", errs[0], errs[3])
+		}
+		var limit *sinks.LimitError
+		if !sinks.IsPermanent(errs[1]) || !errors.As(errs[1], &limit) || limit.Size != max+1 || limit.Max != max || !strings.Contains(errs[1].Error(), "max_payload") {
+			t.Errorf("a byte over max_payload: %v, want a permanent *LimitError of %d bytes over %d", errs[1], max+1, max)
+		}
+		if !sinks.IsPermanent(errs[2]) || !errors.As(errs[2], &limit) || limit.Max != sinks.HeaderBytesMax {
+			t.Errorf("headers over the budget: %v, want a permanent *LimitError", errs[2])
+		}
+		if jetStream {
+			for _, m := range srv.Messages(t, stream) {
+				if got := m.Header.Values("Idempotency-Key"); len(got) != 0 {
+					t.Errorf("message %s carries the row's Idempotency-Key %q", m.Header.Get("Nats-Msg-Id"), got)
+				}
+			}
+		}
+	})
+}

@@ -32,6 +32,14 @@ const (
 // connection is one AMQP connection and whether the broker blocks it.
 type connection struct {
 	amqp *amqp.Connection
+	// frameMax is the largest frame the broker takes on this connection,
+	// negotiated at connection.tune, in bytes; 0 for no limit. A message's
+	// content header (its properties, the headers table included) must fit
+	// in one frame: a larger one makes the broker close the connection.
+	frameMax int
+	// maxBody is the largest body the broker takes by default, from its
+	// version, in bytes (see defaultMaxMessageSize).
+	maxBody int64
 	// blockedBy is the error Available reports while the broker has
 	// blocked the connection (connection.blocked, from a memory or disk
 	// alarm); nil otherwise.
@@ -93,6 +101,7 @@ func (s *Sink) dial() (*connection, error) {
 		Heartbeat:  heartbeat,
 		Properties: props,
 		Dial:       amqp.DefaultDial(dialTimeout),
+		FrameSize:  s.cfg.frameSize,
 	}
 	if s.tls != nil {
 		// amqp091 sets ServerName on the config it is given.
@@ -102,7 +111,8 @@ func (s *Sink) dial() (*connection, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &connection{amqp: c}, nil
+	version, _ := c.Properties["version"].(string)
+	return &connection{amqp: c, frameMax: c.Config.FrameSize, maxBody: defaultMaxMessageSize(version)}, nil
 }
 
 // serve keeps a confirm-mode channel open on c, reopening it when the broker

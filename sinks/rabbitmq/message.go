@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -42,17 +43,27 @@ var reservedHeaders = map[string]bool{
 // property.
 const contentTypeHeader = "content-type"
 
-// prepare builds the publishing for m, refusing, as permanent failures,
-// what the broker can never take.
-func (s *Sink) prepare(m *sinks.Message) (*publish, error) {
+// idempotencyKeyHeader is the header that carries the idempotency key on
+// Kafka and HTTP. On AMQP message_id carries it: a row cannot set this
+// header, whatever its case, so that no header contradicts message_id.
+const idempotencyKeyHeader = "Idempotency-Key"
+
+// prepare builds the publishing for m, to go on connection c, refusing, as
+// permanent failures, what the broker can never take: over AMQP's short
+// strings, over the header budget, a content header larger than c's frame,
+// a payload over the largest message.
+func (s *Sink) prepare(m *sinks.Message, c *connection) (*publish, error) {
 	if len(m.Topic) > maxShortstr {
 		return nil, sinks.Permanent(fmt.Errorf("topic of %d bytes cannot be an AMQP routing key (at most %d bytes)", len(m.Topic), maxShortstr))
 	}
 	if len(m.IdempotencyKey) > maxShortstr {
 		return nil, sinks.Permanent(fmt.Errorf("idempotency key of %d bytes cannot be an AMQP message_id (at most %d bytes)", len(m.IdempotencyKey), maxShortstr))
 	}
-	if limit := s.maxMessageSize.Load(); limit > 0 && int64(len(m.Payload)) > limit {
-		return nil, sinks.Permanent(&TooLargeError{Size: len(m.Payload), Max: limit})
+	if err := sinks.CheckHeaderBudget(m); err != nil {
+		return nil, err
+	}
+	if err := s.checkBody(len(m.Payload), c); err != nil {
+		return nil, err
 	}
 	var headers amqp.Table
 	contentType := ""
@@ -65,7 +76,7 @@ func (s *Sink) prepare(m *sinks.Message) (*publish, error) {
 				contentType = v
 			}
 			continue
-		case reservedHeaders[lower]:
+		case reservedHeaders[lower], strings.EqualFold(k, idempotencyKeyHeader):
 			continue
 		case len(k) > maxShortstr:
 			return nil, sinks.Permanent(fmt.Errorf("header name of %d bytes cannot be an AMQP header name (at most %d bytes)", len(k), maxShortstr))
@@ -78,7 +89,7 @@ func (s *Sink) prepare(m *sinks.Message) (*publish, error) {
 	if len(contentType) > maxShortstr {
 		return nil, sinks.Permanent(fmt.Errorf("content-type header of %d bytes cannot be an AMQP content_type (at most %d bytes)", len(contentType), maxShortstr))
 	}
-	return &publish{
+	p := &publish{
 		key: m.Topic,
 		msg: amqp.Publishing{
 			Headers:      headers,
@@ -90,7 +101,88 @@ func (s *Sink) prepare(m *sinks.Message) (*publish, error) {
 			Body:         m.Payload,
 		},
 		done: make(chan struct{}),
-	}, nil
+	}
+	if size := contentHeaderFrameSize(&p.msg); c.frameMax > 0 && size > c.frameMax {
+		// The broker would close the whole connection over it (501
+		// FRAME_ERROR), failing every message in flight.
+		return nil, sinks.Permanent(&sinks.LimitError{What: "AMQP content header (properties and headers)", Size: int64(size),
+			Limit: "the frame size RabbitMQ negotiated for the connection (frame_max)", Max: int64(c.frameMax)})
+	}
+	return p, nil
+}
+
+// checkBody refuses a payload of size bytes over the largest message: the
+// broker's max_message_size once a refusal has told it, else
+// Config.MaxMessageBytes, else the default of c's broker version.
+func (s *Sink) checkBody(size int, c *connection) error {
+	if learned := s.maxMessageSize.Load(); learned > 0 && int64(size) > learned {
+		return sinks.Permanent(&TooLargeError{Size: size, Max: learned})
+	}
+	limit, name := s.cfg.MaxMessageBytes, "RABBITMQ_MAX_MESSAGE_BYTES"
+	if limit == 0 {
+		limit, name = c.maxBody, "RabbitMQ's default max_message_size for the broker's version (set RABBITMQ_MAX_MESSAGE_BYTES to the broker's own)"
+	}
+	if limit > 0 && int64(size) > limit {
+		return sinks.Permanent(&sinks.LimitError{What: "payload", Size: int64(size), Limit: name, Max: limit})
+	}
+	return nil
+}
+
+// Sizes of the AMQP 0-9-1 framing around a content header's properties: the
+// frame's type, channel and size (7) and its end octet (1), then the class
+// id, weight, body size and property flags (2+2+8+2).
+const (
+	frameOverhead        = 8
+	contentHeaderFixed   = 14
+	maxMessageSizeBefore = 128 << 20 // RabbitMQ 3.8 to 3.13's default max_message_size
+	maxMessageSizeFrom4  = 16 << 20  // RabbitMQ 4's
+)
+
+// contentHeaderFrameSize returns the size in bytes of the frame that
+// carries p's properties, as amqp091-go encodes them: the fields prepare
+// sets, with a headers table of strings.
+func contentHeaderFrameSize(p *amqp.Publishing) int {
+	n := frameOverhead + contentHeaderFixed
+	shortstr := func(s string) int { return 1 + len(s) }
+	if p.ContentType != "" {
+		n += shortstr(p.ContentType)
+	}
+	if len(p.Headers) > 0 {
+		n += 4 // the table's length
+		for k, v := range p.Headers {
+			n += shortstr(k) + 1 // name, type octet
+			switch v := v.(type) {
+			case string:
+				n += 4 + len(v)
+			default:
+				panic(fmt.Sprintf("rabbitmq: header %s of type %T", k, v))
+			}
+		}
+	}
+	if p.DeliveryMode != 0 {
+		n++
+	}
+	if p.MessageId != "" {
+		n += shortstr(p.MessageId)
+	}
+	if !p.Timestamp.IsZero() {
+		n += 8
+	}
+	if p.Type != "" {
+		n += shortstr(p.Type)
+	}
+	return n
+}
+
+// defaultMaxMessageSize returns the default max_message_size of the RabbitMQ
+// version the broker announced ("3.13.7", "4.0.5"): 16 MiB from 4.0, 128 MiB
+// before, and for a version it cannot read.
+func defaultMaxMessageSize(version string) int64 {
+	major, _, _ := strings.Cut(version, ".")
+	if n, err := strconv.Atoi(major); err == nil && n >= 4 {
+		return maxMessageSizeFrom4
+	}
+	return maxMessageSizeBefore
 }
 
 // ValidateExchange reports whether name can be published to: 1 to 255

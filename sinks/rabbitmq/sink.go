@@ -5,15 +5,21 @@
 // routing key, persistent, mandatory, with message_id = its idempotency key,
 // type = its topic, timestamp = its creation time and content_type = its
 // content-type header; the other row headers become AMQP headers, except
-// those that steer the broker (CC, BCC, x-death, …), which a row cannot set.
+// those that steer the broker (CC, BCC, x-death, …), which a row cannot set,
+// and Idempotency-Key, which must not contradict message_id.
 // A batch is published without waiting, then every publisher confirm is
 // awaited: only an acked message counts as delivered. A message the broker
 // returns (no queue is bound for its routing key) or nacks is retried.
 //
-// A message the broker can never take is a permanent failure: a routing key
-// or idempotency key over AMQP's 255 bytes, a payload over the broker's
-// max_message_size (learned from the first refusal, which closes the
-// channel; later ones are refused before publishing).
+// A message the broker can never take is a permanent failure, refused
+// before publishing: a routing key or idempotency key over AMQP's 255
+// bytes, headers over the relay's header budget (sinks.HeaderBytesMax), a
+// content header (properties and headers) larger than the frame size
+// negotiated with the broker (which would close the connection), a payload
+// over Config.MaxMessageBytes. A payload over a lower max_message_size of
+// the broker is refused by the broker, which closes the channel; the sink
+// learns the limit from that first refusal and refuses later ones before
+// publishing.
 //
 // amqp091-go does not reconnect: the sink does, in the background, with
 // backoff. While it is disconnected, or the broker has blocked the
@@ -44,6 +50,10 @@ const (
 	ConfirmTimeoutDefault = 10 * time.Second
 )
 
+// MaxMessageBytesMax is the largest Config.MaxMessageBytes: RabbitMQ's own
+// ceiling on max_message_size (512 MiB).
+const MaxMessageBytesMax = 512 << 20
+
 // Config configures a Sink.
 type Config struct {
 	// URL is the broker's AMQP URI (RABBITMQ_URL): amqp:// or amqps://,
@@ -66,10 +76,20 @@ type Config struct {
 	// for brokers that require one (RABBITMQ_TLS_CERT_FILE,
 	// RABBITMQ_TLS_KEY_FILE). Both or neither; amqps only.
 	TLSCertFile, TLSKeyFile string
+	// MaxMessageBytes is the largest payload the sink publishes
+	// (RABBITMQ_MAX_MESSAGE_BYTES); a larger one fails permanently without
+	// being sent. Keep it at most the broker's max_message_size. Zero: the
+	// broker's default for its version (16 MiB from RabbitMQ 4.0, 128 MiB
+	// before). At most MaxMessageBytesMax.
+	MaxMessageBytes int64
 	// ClientName is the connection's name in the broker's tools.
 	ClientName string
 	// Logger receives connection events. Default slog.Default().
 	Logger *slog.Logger
+
+	// frameSize is the frame size the sink asks for at connection.tune,
+	// for tests; 0 takes the broker's (128 KiB by default).
+	frameSize int
 }
 
 // Sink publishes to RabbitMQ. It is safe for concurrent use.
@@ -121,6 +141,9 @@ func New(cfg Config) (*Sink, error) {
 	if err := ValidateExchange(cfg.Exchange); err != nil {
 		return nil, err
 	}
+	if cfg.MaxMessageBytes < 0 || cfg.MaxMessageBytes > MaxMessageBytesMax {
+		return nil, fmt.Errorf("RabbitMQ max message bytes %d out of range [0, %d]", cfg.MaxMessageBytes, MaxMessageBytesMax)
+	}
 	tlsConfig, err := loadTLS(cfg, uri.Scheme == "amqps")
 	if err != nil {
 		return nil, err
@@ -162,7 +185,7 @@ func (s *Sink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
 	pubs := make([]*publish, 0, len(msgs))
 	index := make([]int, 0, len(msgs))
 	for i := range msgs {
-		p, err := s.prepare(&msgs[i])
+		p, err := s.prepare(&msgs[i], ss.conn)
 		if err != nil {
 			errs[i] = err
 			continue

@@ -314,7 +314,12 @@ func TestSink_PayloadOverMaxMessageSizeIsPermanent(t *testing.T) {
 	t.Parallel()
 	v := rabbitmqtest.New(t)
 	v.BindQueue(t, queue, rabbitmq.ExchangeDefault, sinktest.Topic, nil)
-	s, logs := newSinkLogged(t, v, func(c *rabbitmq.Config) { c.ConfirmTimeout = 20 * time.Second })
+	// A limit of the sink's own above the broker's, so that the broker's
+	// refusal is what stops the message.
+	s, logs := newSinkLogged(t, v, func(c *rabbitmq.Config) {
+		c.ConfirmTimeout = 20 * time.Second
+		c.MaxMessageBytes = rabbitmq.MaxMessageBytesMax
+	})
 	waitfor.Condition(t, 15*time.Second, "the sink to connect", func() bool { return s.Available() == nil })
 	// RabbitMQ's default max_message_size is 128 MiB: the broker closes the
 	// channel (406 PRECONDITION_FAILED) when a larger message arrives.
@@ -388,4 +393,47 @@ func TestSink_MissingExchangeIsRetried(t *testing.T) {
 	v.BindQueue(t, queue, "not.declared", "#", nil)
 	waitfor.Condition(t, 15*time.Second, "the channel to be reopened", func() bool { return s.Available() == nil })
 	mustDeliver(t, s, sinktest.Messages(t, 3))
+}
+
+// TestSink_LimitsAreRefusedBeforePublishing: a payload over
+// Config.MaxMessageBytes and headers over the relay's header budget fail
+// permanently without being sent (the channel is never closed over them),
+// and a row's Idempotency-Key header, in any case, never reaches the queue
+// beside message_id.
+func TestSink_LimitsAreRefusedBeforePublishing(t *testing.T) {
+	t.Parallel()
+	v := rabbitmqtest.New(t)
+	v.BindQueue(t, queue, rabbitmq.ExchangeDefault, sinktest.Topic, nil)
+	s, logs := newSinkLogged(t, v, func(c *rabbitmq.Config) { c.MaxMessageBytes = 1024 })
+	waitfor.Condition(t, 15*time.Second, "the sink to connect", func() bool { return s.Available() == nil })
+	msgs := sinktest.Messages(t, 4)
+	msgs[0].Payload = make([]byte, 1024)
+	msgs[1].Payload = make([]byte, 1025)
+	msgs[2].Headers = map[string]string{"x-big": strings.Repeat("h", sinks.HeaderBytesMax)}
+	msgs[3].Headers = map[string]string{"Idempotency-Key": "forged", "idempotency-key": "forged-too", "x-tenant": "acme"}
+	errs := deliver(t, s, msgs)
+	var limit *sinks.LimitError
+	if !sinks.IsPermanent(errs[1]) || !errors.As(errs[1], &limit) || limit.Size != 1025 || limit.Max != 1024 || !strings.Contains(errs[1].Error(), "RABBITMQ_MAX_MESSAGE_BYTES") {
+		t.Errorf("payload of 1025 bytes: %v, want a permanent *LimitError naming RABBITMQ_MAX_MESSAGE_BYTES", errs[1])
+	}
+	if !sinks.IsPermanent(errs[2]) || !errors.As(errs[2], &limit) || limit.Max != sinks.HeaderBytesMax {
+		t.Errorf("headers over the budget: %v, want a permanent *LimitError", errs[2])
+	}
+	if errs[0] != nil || errs[3] != nil {
+		t.Fatalf("messages that fit: %v, %v", errs[0], errs[3])
+	}
+	got := v.WaitTake(t, queue, 2, 15*time.Second)
+	if len(got) != 2 {
+		t.Fatalf("the queue holds %d messages, want 2", len(got))
+	}
+	for _, d := range got {
+		for k, val := range d.Headers {
+			if strings.EqualFold(k, "Idempotency-Key") {
+				t.Errorf("message %s carries the row's %s: %v", d.MessageId, k, val)
+			}
+		}
+	}
+	if logs.count("closed the channel") != 0 {
+		t.Error("the broker closed the channel: a message over a limit was sent")
+	}
 }

@@ -17,6 +17,11 @@ const (
 	MaxRetryAfterDefault = time.Hour
 	UserAgentDefault     = "outbox-relay"
 	SlowAfterDefault     = time.Second
+	// MaxBodyBytesDefault (4 MiB) fits what the common receivers take:
+	// Vercel functions take 4.5 MB, AWS Lambda 6 MB, API Gateway 10 MB,
+	// Google Cloud Functions 32 MB. nginx's default client_max_body_size
+	// is 1 MiB, which webhook endpoints usually raise.
+	MaxBodyBytesDefault = 4 << 20
 )
 
 // ConcurrencyMax is the largest Config.Concurrency accepted.
@@ -47,6 +52,10 @@ type Config struct {
 	// gives its concurrency slot up to the next message (see slots.go).
 	// Default SlowAfterDefault (1s).
 	SlowAfter time.Duration
+	// MaxBodyBytes is the largest payload the sink posts
+	// (WEBHOOK_MAX_BODY_BYTES); a larger one fails permanently without
+	// being sent. Default MaxBodyBytesDefault.
+	MaxBodyBytes int64
 	// UserAgent is sent with every request. Default UserAgentDefault.
 	UserAgent string
 	// Logger receives pauses and recoveries, never payloads or secrets.
@@ -88,6 +97,9 @@ func (c Config) withDefaults() Config {
 	if c.SlowAfter == 0 {
 		c.SlowAfter = SlowAfterDefault
 	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = MaxBodyBytesDefault
+	}
 	if c.UserAgent == "" {
 		c.UserAgent = UserAgentDefault
 	}
@@ -111,6 +123,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("Concurrency: %d is not from 1 to %d", c.Concurrency, ConcurrencyMax)
 	case c.MaxRetryAfter < 0:
 		return fmt.Errorf("MaxRetryAfter: %s is negative", c.MaxRetryAfter)
+	case c.MaxBodyBytes < 0:
+		return fmt.Errorf("MaxBodyBytes: %d is negative", c.MaxBodyBytes)
 	}
 	for i, s := range c.Secrets {
 		if len(s.key) == 0 {

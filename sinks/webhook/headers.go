@@ -30,9 +30,12 @@ const (
 )
 
 // reservedHeaders are the canonical names a row cannot set: hop-by-hop and
-// framing headers, which belong to the connection, credentials, which belong
-// to the operator, and the sink's own.
-// Names starting with Proxy- are reserved too.
+// framing headers, which belong to the connection; headers that proxies and
+// frameworks in front of a receiver act on (the client's address and the
+// original host and scheme, method overrides that turn the POST into a
+// DELETE, a content encoding the body does not have); credentials, which
+// belong to the operator; and the sink's own.
+// Names starting with Proxy- or X-Forwarded- are reserved too.
 var reservedHeaders = map[string]bool{
 	"Connection":        true,
 	"Keep-Alive":        true,
@@ -43,6 +46,16 @@ var reservedHeaders = map[string]bool{
 	"Expect":            true,
 	"Host":              true,
 	"Content-Length":    true,
+	"Content-Encoding":  true,
+	// Trusted by proxies and frameworks when they come from the proxy in
+	// front of the receiver: from a row they would forge the sender's
+	// address, host or scheme (RFC 7239 Forwarded, X-Forwarded-*, X-Real-Ip)
+	// or the method (Rails, Express method-override, ASP.NET, Google APIs).
+	"Forwarded":              true,
+	"X-Real-Ip":              true,
+	"X-Http-Method-Override": true,
+	"X-Method-Override":      true,
+	"X-Http-Method":          true,
 	// The operator's credentials (WEBHOOK_URL's user info becomes
 	// Authorization) are not a row's to replace or add to.
 	"Authorization":      true,
@@ -57,32 +70,38 @@ var reservedHeaders = map[string]bool{
 
 // reserved reports whether a row header named canonical is dropped.
 func reserved(canonical string) bool {
-	return reservedHeaders[canonical] || strings.HasPrefix(canonical, "Proxy-")
+	return reservedHeaders[canonical] || strings.HasPrefix(canonical, "Proxy-") || strings.HasPrefix(canonical, "X-Forwarded-")
 }
 
 // requestHeader returns the headers of every attempt to deliver m, all but
-// the timestamp and signature, which are set right before each attempt. A
-// header no HTTP request can carry is a permanent error.
-func requestHeader(m *sinks.Message, userAgent string) (http.Header, error) {
+// the timestamp and signature, which are set right before each attempt, and
+// the reserved row headers it dropped. A header no HTTP request can carry,
+// or headers over the relay's header budget, are a permanent error.
+func requestHeader(m *sinks.Message, userAgent string) (http.Header, []string, error) {
+	if err := sinks.CheckHeaderBudget(m); err != nil {
+		return nil, nil, err
+	}
+	var dropped []string
 	h := make(http.Header, len(m.Headers)+8)
 	// Sorted, so that names differing only in case resolve the same way
 	// every time.
 	for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
 		v := m.Headers[k]
 		if !validHeaderName(k) {
-			return nil, sinks.Permanent(fmt.Errorf("row header name %q is not an HTTP token", k))
+			return nil, nil, sinks.Permanent(fmt.Errorf("row header name %q is not an HTTP token", k))
 		}
 		if !validHeaderValue(v) {
-			return nil, sinks.Permanent(fmt.Errorf("row header %s has a control character in its value", k))
+			return nil, nil, sinks.Permanent(fmt.Errorf("row header %s has a control character in its value", k))
 		}
 		ck := textproto.CanonicalMIMEHeaderKey(k)
 		if reserved(ck) {
+			dropped = append(dropped, ck)
 			continue
 		}
 		h[ck] = []string{v}
 	}
 	if !validHeaderValue(m.Topic) {
-		return nil, sinks.Permanent(fmt.Errorf("topic %q has a control character, so it cannot be sent as %s", m.Topic, headerTopic))
+		return nil, nil, sinks.Permanent(fmt.Errorf("topic %q has a control character, so it cannot be sent as %s", m.Topic, headerTopic))
 	}
 	if h.Get(headerContentType) == "" {
 		h[headerContentType] = []string{defaultContentType(m.Payload)}
@@ -91,7 +110,7 @@ func requestHeader(m *sinks.Message, userAgent string) (http.Header, error) {
 	h[headerIdempotencyKey] = []string{m.IdempotencyKey}
 	h[headerTopic] = []string{m.Topic}
 	h[headerUserAgent] = []string{userAgent}
-	return h, nil
+	return h, dropped, nil
 }
 
 // defaultContentType is the content type of a payload whose row names none.

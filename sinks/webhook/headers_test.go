@@ -1,10 +1,14 @@
 package webhook_test
 
 import (
+	"errors"
+	"maps"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 	"github.com/outbox-relay/outbox-relay/sinks/webhook"
 )
 
@@ -116,5 +120,83 @@ func TestSink_ContentType(t *testing.T) {
 		if len(got) != 1 || got[0] != tt.want {
 			t.Errorf("payload %q, headers %v: Content-Type %q, want %q", tt.payload, tt.headers, got, tt.want)
 		}
+	}
+}
+
+// TestSink_RowHeadersProxiesActOnAreDropped: headers that a proxy or a
+// framework in front of the receiver trusts (the sender's address, the
+// original host and scheme, a method override, a content encoding) never
+// reach the receiver from a row; the row is delivered without them.
+func TestSink_RowHeadersProxiesActOnAreDropped(t *testing.T) {
+	t.Parallel()
+	e := newEndpoint(t, 1)
+	s := newSink(t, e, nil)
+	forged := map[string]string{
+		"Forwarded":              "for=203.0.113.7;host=admin.internal",
+		"x-forwarded-for":        "127.0.0.1",
+		"X-Forwarded-Host":       "admin.internal",
+		"X-Forwarded-Proto":      "https",
+		"X-Real-IP":              "127.0.0.1",
+		"X-HTTP-Method-Override": "DELETE",
+		"x-method-override":      "DELETE",
+		"X-HTTP-Method":          "DELETE",
+		"Content-Encoding":       "gzip",
+	}
+	m := message(t, maps.Clone(forged))
+	m.Headers["X-Custom"] = "kept"
+	if err := deliverOne(t, s, m); err != nil {
+		t.Fatal(err)
+	}
+	r := e.Requests()[0]
+	for name := range forged {
+		if got := r.Header.Values(name); len(got) != 0 {
+			t.Errorf("the receiver got the row's %s: %q", name, got)
+		}
+	}
+	if r.Header.Get("X-Custom") != "kept" {
+		t.Error("the row's other headers were dropped too")
+	}
+}
+
+// TestSink_LimitsAreRefusedBeforePosting: a payload over MaxBodyBytes and
+// headers over the relay's header budget fail permanently, naming the limit
+// and the sizes, and are never posted.
+func TestSink_LimitsAreRefusedBeforePosting(t *testing.T) {
+	t.Parallel()
+	e := newEndpoint(t, 1)
+	s := newSink(t, e, func(c *webhook.Config) { c.MaxBodyBytes = 1024 })
+	msgs := sinktest.Messages(t, 3)
+	msgs[0].Payload = make([]byte, 1024)
+	msgs[1].Payload = make([]byte, 1025)
+	msgs[2].Headers = map[string]string{"x-big": strings.Repeat("h", sinks.HeaderBytesMax)}
+	errs := deliver(t, s, msgs)
+	if errs[0] != nil {
+		t.Errorf("a payload of MaxBodyBytes: %v", errs[0])
+	}
+	var limit *sinks.LimitError
+	if !sinks.IsPermanent(errs[1]) || !errors.As(errs[1], &limit) || !strings.Contains(errs[1].Error(), "payload of 1025 bytes exceeds WEBHOOK_MAX_BODY_BYTES of 1024 bytes") {
+		t.Errorf("a payload over MaxBodyBytes: %v, want a permanent *LimitError naming WEBHOOK_MAX_BODY_BYTES", errs[1])
+	}
+	if !sinks.IsPermanent(errs[2]) || !errors.As(errs[2], &limit) || limit.Max != sinks.HeaderBytesMax {
+		t.Errorf("headers over the budget: %v, want a permanent *LimitError", errs[2])
+	}
+	if n := len(e.Requests()); n != 1 {
+		t.Errorf("%d requests posted, want 1", n)
+	}
+}
+
+// TestSink_MaxBodyBytesDefault: with no MaxBodyBytes, a payload over
+// 4 MiB is refused and not posted.
+func TestSink_MaxBodyBytesDefault(t *testing.T) {
+	t.Parallel()
+	e := newEndpoint(t, 1)
+	s := newSink(t, e, nil)
+	m := message(t, nil)
+	m.Payload = make([]byte, 4<<20+1)
+	if err := deliverOne(t, s, m); !sinks.IsPermanent(err) || !strings.Contains(err.Error(), "of 4194304 bytes") {
+		t.Errorf("a payload of 4 MiB + 1: %v, want a permanent error naming the 4 MiB default", err)
+	}
+	if n := len(e.Requests()); n != 0 {
+		t.Errorf("%d requests posted, want none", n)
 	}
 }

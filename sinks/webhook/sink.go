@@ -28,7 +28,15 @@ type Sink struct {
 	gate    gate
 	tls     alarm // failed TLS handshakes
 	closed  atomic.Bool
+	// dropped holds the names of the reserved row headers already logged
+	// (see warnDropped), at most droppedMax of them.
+	dropped  sync.Map
+	nDropped atomic.Int32
 }
+
+// droppedMax bounds the header names warnDropped remembers: rows can make
+// up any number of X-Forwarded- names.
+const droppedMax = 64
 
 var (
 	_ sinks.Sink     = (*Sink)(nil)
@@ -99,11 +107,16 @@ func (s *Sink) DeliverStream(ctx context.Context, msgs []sinks.Message, report f
 			reportRest(report, i, len(msgs), err)
 			break
 		}
-		header, err := requestHeader(&msgs[i], s.cfg.UserAgent)
+		if size := int64(len(msgs[i].Payload)); size > s.cfg.MaxBodyBytes {
+			report(i, sinks.Permanent(&sinks.LimitError{What: "payload", Size: size, Limit: "WEBHOOK_MAX_BODY_BYTES", Max: s.cfg.MaxBodyBytes}))
+			continue
+		}
+		header, dropped, err := requestHeader(&msgs[i], s.cfg.UserAgent)
 		if err != nil {
 			report(i, err)
 			continue
 		}
+		s.warnDropped(dropped)
 		acquired := false
 		select {
 		case s.slots <- struct{}{}:
@@ -131,6 +144,21 @@ func (s *Sink) DeliverStream(ctx context.Context, msgs []sinks.Message, report f
 		})
 	}
 	wg.Wait()
+}
+
+// warnDropped logs, at warn level and once per name for the life of the
+// sink, that rows set headers it drops: a receiver must not get them from
+// a row (see reservedHeaders). The rows are delivered without them.
+func (s *Sink) warnDropped(names []string) {
+	for _, name := range names {
+		if _, seen := s.dropped.Load(name); seen || s.nDropped.Load() >= droppedMax {
+			continue
+		}
+		if _, seen := s.dropped.LoadOrStore(name, true); !seen {
+			s.nDropped.Add(1)
+			s.log.Warn("rows set a header the webhook sink never sends from a row; it is dropped and the rows delivered without it (logged once per header)", "header", name)
+		}
+	}
 }
 
 // reportRest reports err for messages from to n-1.
