@@ -58,6 +58,7 @@ func (r *Relay) settleWithRetry(ctx context.Context, items []outcome) {
 	case len(items) == 1:
 		r.isolated(items[0], err)
 	default:
+		r.log.Warn("settle refused because of a row; settling the rows in smaller parts to find it", "num_rows", len(items), "err", err)
 		r.settleInParts(ctx, items, giveUp)
 	}
 }
@@ -80,9 +81,6 @@ func (r *Relay) settleUntil(ctx context.Context, items []outcome, giveUp time.Ti
 		r.metrics.SettleErrors.Inc()
 		r.settleHealth.failed(err)
 		if settleRefusedByRow(err) {
-			if len(items) > 1 {
-				r.log.Warn("settle refused because of a row; settling the rows in smaller parts to find it", "num_rows", len(items), "err", err)
-			}
 			return err
 		}
 		if ctx.Err() != nil || time.Now().Add(wait).After(giveUp) {
