@@ -151,12 +151,20 @@ topologySpreadConstraints:
 		kinds: []string{"Deployment/relay", "PodDisruptionBudget/relay", "Service/relay", "ServiceAccount/relay", "ServiceMonitor/relay"},
 	},
 	{
-		name: "one replica with a PDB asked for, no PDB when turned off at 2",
+		name: "one replica with a PDB asked for",
 		values: `
 replicaCount: 1
 podDisruptionBudget: {enabled: true}
 `,
 		kinds: []string{"Deployment/orders-outbox-relay", "PodDisruptionBudget/orders-outbox-relay", "Service/orders-outbox-relay", "ServiceAccount/orders-outbox-relay"},
+	},
+	{
+		name: "two replicas with the PDB turned off",
+		values: `
+replicaCount: 2
+podDisruptionBudget: {enabled: false}
+`,
+		kinds: []string{"Deployment/orders-outbox-relay", "Service/orders-outbox-relay", "ServiceAccount/orders-outbox-relay"},
 	},
 }
 
