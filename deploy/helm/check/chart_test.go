@@ -445,6 +445,12 @@ func TestChart_AppVersion(t *testing.T) {
 	if m.APIVersion != chart.APIVersionV2 || m.Name != "outbox-relay" || m.Version == "" || m.AppVersion == "" {
 		t.Errorf("Chart.yaml: apiVersion %q, name %q, version %q, appVersion %q", m.APIVersion, m.Name, m.Version, m.AppVersion)
 	}
+	// helm template checks kubeVersion against the version it assumes
+	// without a cluster, v1.20.0 in a helm built by go install or go run:
+	// any constraint fails there. The chart needs Kubernetes 1.21 (policy/v1).
+	if m.KubeVersion != "" {
+		t.Errorf("Chart.yaml: kubeVersion %q: helm template without a cluster would refuse the chart", m.KubeVersion)
+	}
 	if strings.HasPrefix(m.AppVersion, "v") {
 		t.Errorf("appVersion %q: the image tag is the version without its v", m.AppVersion)
 	}
