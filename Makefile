@@ -5,7 +5,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/outbox_bench?sslmode=disable
 NATS_URL ?= nats://127.0.0.1:4222
 REFLOOP ?= ../shared/refloop
 
-.PHONY: build test ci bench bench-binary bench-replicas examples examples-run
+.PHONY: build test ci helm bench bench-binary bench-replicas examples examples-run
 
 build:
 	.ci/build bin/outbox-relay
@@ -18,6 +18,13 @@ test:
 
 ci:
 	bash .ci/run
+
+# The Helm chart (deploy/helm/outbox-relay) and the native-sidecar example
+# (deploy/kubernetes): helm lint and template with the main combinations of
+# values, every object decoded strictly into the Kubernetes API types. Needs
+# only Go: the check (deploy/helm/check, a module of its own) imports Helm.
+helm:
+	bash .ci/helm
 
 # Drain rate of a 100k backlog against refloop (../shared/refloop, the
 # workshop's minimal relay loop), alternating, same database and NATS; a

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -304,5 +306,30 @@ func TestDockerfile_InStepWithTheBinary(t *testing.T) {
 	}
 	if got := instruction(lines, "EXPOSE"); got != port {
 		t.Errorf("EXPOSE %s, want %s (RELAY_HTTP_ADDR's default %s)", got, port, def)
+	}
+}
+
+// TestHelmChart_CopiesOfDeployFiles keeps the Helm chart's copies of the
+// alert pack and the dashboard identical to deploy/prometheus and
+// deploy/grafana, their single source: Helm reads only files inside the
+// chart, and copies (unlike symbolic links) survive every checkout and
+// packaging tool. Edit the originals, then copy them over.
+func TestHelmChart_CopiesOfDeployFiles(t *testing.T) {
+	for _, original := range []string{rulesFile, dashboardFile} {
+		chartCopy := "deploy/helm/outbox-relay/files/" + filepath.Base(original)
+		want, err := os.ReadFile(repoFile(original))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(repoFile(chartCopy))
+		if err != nil {
+			t.Fatalf("%v (the chart ships a copy of %s)", err, original)
+		}
+		if fi, err := os.Lstat(repoFile(chartCopy)); err != nil || !fi.Mode().IsRegular() {
+			t.Errorf("%s is not a regular file: copy %s there", chartCopy, original)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from %s: cp %s %s", chartCopy, original, original, chartCopy)
+		}
 	}
 }
