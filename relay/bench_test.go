@@ -135,7 +135,7 @@ func BenchmarkRelay_WebhookMisbehavingReceiver(b *testing.B) {
 // alternately, and reports each ratio. The receiver reads the body and
 // answers 204 after 2 ms, standing in for a service doing a little work;
 // on loopback with no delay both are CPU-bound on the two cores. It chose
-// the default concurrency (README, Benchmarks).
+// the default concurrency (docs/benchmarks.md).
 //
 //	go test -run '^$' -bench WebhookVersusBareLoop -benchtime 1x ./relay/
 func BenchmarkRelay_WebhookVersusBareLoop(b *testing.B) {

@@ -15,7 +15,7 @@ import (
 )
 
 // Defaults for Config. They are the fast, safe choice measured on the
-// benchmark in the README.
+// benchmarks of docs/benchmarks.md.
 const (
 	BatchSizeDefault        = 1000
 	PollIntervalDefault     = 50 * time.Millisecond

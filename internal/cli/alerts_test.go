@@ -19,7 +19,7 @@ import (
 
 // The alert pack under deploy/ is checked against the metrics the binary
 // serves: renaming a metric or a label breaks these tests, not the on-call's
-// alerts. The README's alert table is generated from the rules file.
+// alerts. docs/alerts.md's alert table is generated from the rules file.
 
 const (
 	rulesFile     = "deploy/prometheus/outbox-relay-rules.yml"
@@ -417,7 +417,7 @@ func TestDeploy_DashboardQueriesParse(t *testing.T) {
 	}
 }
 
-// alertsTable renders the alerting rules as the README shows them.
+// alertsTable renders the alerting rules as docs/alerts.md shows them.
 func alertsTable(rules []rule) string {
 	cell := strings.NewReplacer("|", `\|`, "\n", " ")
 	oneLine := func(s string) string {
@@ -440,26 +440,8 @@ func alertsTable(rules []rule) string {
 	return b.String()
 }
 
-func TestREADME_AlertsTable(t *testing.T) {
-	readme, err := os.ReadFile(repoFile("README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const begin, end = "<!-- alerts:begin", "<!-- alerts:end -->"
-	s := string(readme)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatalf("README.md has no %s … %s section", begin, end)
-	}
-	start := i + strings.Index(s[i:], "-->") + len("-->\n")
-	want := alertsTable(loadRules(t))
-	if *update {
-		if err := os.WriteFile(repoFile("README.md"), []byte(s[:start]+want+s[j:]), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if s[start:j] != want {
-		t.Errorf("README's alert table is out of step with %s; run go test ./internal/cli -run TestREADME_AlertsTable -update to regenerate it", rulesFile)
-	}
+func TestDocs_AlertsTable(t *testing.T) {
+	checkGenerated(t, alertsPage, "<!-- alerts:begin", "<!-- alerts:end -->", alertsTable(loadRules(t)),
+		"the alert table is out of step with "+rulesFile,
+		"go test ./internal/cli -run TestDocs_AlertsTable -update to regenerate it")
 }

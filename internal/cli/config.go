@@ -19,13 +19,13 @@ import (
 )
 
 // config is the whole configuration, read from the environment only. Each
-// field's doc tag is its line in `outbox-relay help` and in the README's
-// configuration reference (a test keeps the two in step); allowed says what
-// values are accepted; redact, when set, says why the value is never shown
-// in an error; emptyOK lets an empty value override the default (an empty
-// RELAY_HTTP_ADDR disables the endpoint). Each sink's variables are in its
-// own struct, in its own file (sink_*.go), embedded here in the order of
-// the reference.
+// field's doc tag is its line in `outbox-relay help` and in the
+// configuration reference, docs/configuration.md (a test keeps the two in
+// step); allowed says what values are accepted; redact, when set, says why
+// the value is never shown in an error; emptyOK lets an empty value
+// override the default (an empty RELAY_HTTP_ADDR disables the endpoint).
+// Each sink's variables are in its own struct, in its own file
+// (sink_*.go), embedded here in the order of the reference.
 type config struct {
 	DatabaseURL string `env:"DATABASE_URL" redact:"may hold a password" doc:"PostgreSQL connection string (pgx: URL or key=value). Required by every command but version, help and migrate --print." allowed:"a PostgreSQL connection string"`
 	Schema      string `env:"RELAY_SCHEMA" envDefault:"outbox" doc:"Schema of the relay's tables; every statement is qualified with it." allowed:"a lower-case identifier: letters, digits, underscores, not starting with a digit, at most 63 characters"`
@@ -39,8 +39,8 @@ type config struct {
 	PollInterval     time.Duration `env:"RELAY_POLL_INTERVAL" envDefault:"50ms" doc:"Pause after a claim that found nothing (±20% jitter); a tenth of it after a claim that found some rows, so a steady stream is not held up; none after a full batch. An idle relay delivers within about this long of the commit." allowed:"a duration from 1ms to 1m, like 50ms"`
 	Lease            time.Duration `env:"RELAY_LEASE" envDefault:"30s" doc:"How long a claim holds its rows. Deliveries are cut off at 80% of it, and a request that could not finish by then is not started; an expired lease makes the rows claimable again." allowed:"a duration of at least 2s and at least 5/3 of every sink timeout (NATS_ACK_TIMEOUT, WEBHOOK_TIMEOUT, KAFKA_PRODUCE_TIMEOUT, RABBITMQ_CONFIRM_TIMEOUT)"`
 	Ordered          bool          `env:"RELAY_ORDERED" envDefault:"false" doc:"The alias of RELAY_MODE=ordered, kept for the configurations that set it. Per-key FIFO: at most one message per key in flight across all relays, each key delivered in insert (id) order; a failing message, its Retry-After included, holds up its own key only (until delivered or dead-lettered). Rows without a key are never held up. Every relay on a schema must run the same mode: one that disagrees with the relays alive refuses to start." allowed:"true or false"`
-	Mode             string        `env:"RELAY_MODE" doc:"Delivery mode. unordered (the default): every relay claims any due row (SELECT … FOR UPDATE SKIP LOCKED). ordered: the same as RELAY_ORDERED=true. partitioned: the relays share 64 buckets (a row's bucket follows from its key, or its id when it has none), each bucket owned by one relay at a time, which alone claims and settles its rows, in per-key order, each key's next event sent as soon as the previous one is acknowledged; for many replicas and bursts on one timestamp (see When to graduate). Every relay on a schema must run the same mode and, in partitioned mode, the same RELAY_LEASE." allowed:"unordered, ordered or partitioned; unordered and partitioned are refused with RELAY_ORDERED=true"`
-	Notify           bool          `env:"RELAY_NOTIFY" envDefault:"false" doc:"Wake the relay when a row is inserted instead of waiting for its next poll: the relay LISTENs on a dedicated connection, and while it is alive every inserting statement sends one NOTIFY. Opt-in because NOTIFY serializes committing transactions (see Benchmarks for the measured cost); polling goes on, and takes over alone behind a transaction-pooling PgBouncer, where notifications cannot arrive (a warning says so)." allowed:"true or false"`
+	Mode             string        `env:"RELAY_MODE" doc:"Delivery mode. unordered (the default): every relay claims any due row (SELECT … FOR UPDATE SKIP LOCKED). ordered: the same as RELAY_ORDERED=true. partitioned: the relays share 64 buckets (a row's bucket follows from its key, or its id when it has none), each bucket owned by one relay at a time, which alone claims and settles its rows, in per-key order, each key's next event sent as soon as the previous one is acknowledged; for many replicas and bursts on one timestamp (see docs/when-to-graduate.md). Every relay on a schema must run the same mode and, in partitioned mode, the same RELAY_LEASE." allowed:"unordered, ordered or partitioned; unordered and partitioned are refused with RELAY_ORDERED=true"`
+	Notify           bool          `env:"RELAY_NOTIFY" envDefault:"false" doc:"Wake the relay when a row is inserted instead of waiting for its next poll: the relay LISTENs on a dedicated connection, and while it is alive every inserting statement sends one NOTIFY. Opt-in because NOTIFY serializes committing transactions (docs/benchmarks.md has the measured cost); polling goes on, and takes over alone behind a transaction-pooling PgBouncer, where notifications cannot arrive (a warning says so)." allowed:"true or false"`
 	MaxAttempts      int           `env:"RELAY_MAX_ATTEMPTS" envDefault:"25" doc:"Deliveries of a row before it goes to the dead letters." allowed:"an integer from 1 to 1000"`
 	BackoffMin       time.Duration `env:"RELAY_BACKOFF_MIN" envDefault:"1s" doc:"Retry delay after the first failure; it doubles with every attempt (±20% jitter)." allowed:"a positive duration"`
 	BackoffMax       time.Duration `env:"RELAY_BACKOFF_MAX" envDefault:"1h" doc:"Longest retry delay." allowed:"a duration of at least RELAY_BACKOFF_MIN"`

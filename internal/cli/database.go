@@ -177,7 +177,7 @@ func checkSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	defer conn.Release()
 	if err := migrations.Check(ctx, conn.Conn(), schema); err != nil {
 		if permissionDenied(err) {
-			return fmt.Errorf("%w: this database user lacks privileges on schema %s; its owner grants them with migrations/least_privilege.sql (README: Security, Least privilege)", err, schema)
+			return fmt.Errorf("%w: this database user lacks privileges on schema %s; its owner grants them with migrations/least_privilege.sql (docs/security.md, Least privilege)", err, schema)
 		}
 		return err
 	}

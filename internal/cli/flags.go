@@ -46,7 +46,7 @@ func commandName(usage string) string {
 	return strings.Join(words, " ")
 }
 
-// printFlags lists fs's flags as the README writes them, with two dashes
+// printFlags lists fs's flags as the docs write them, with two dashes
 // (the flag package accepts one or two).
 func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
@@ -71,7 +71,7 @@ func parseFlags(fs *flagSet, args []string) error {
 			return errHelpShown
 		}
 		// The flag package writes flags with one dash; the help and the
-		// README write them with two.
+		// docs write them with two.
 		msg := strings.NewReplacer("for flag -", "for flag --", "defined: -", "defined: --", "argument: -", "argument: --").Replace(err.Error())
 		return usageError{fmt.Errorf("%s (outbox-relay %s -h lists the flags)", msg, fs.Name())}
 	}

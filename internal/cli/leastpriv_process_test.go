@@ -21,7 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
-// The README's "Least privilege": the schema's owner applies the migrations
+// docs/security.md's "Least privilege": the schema's owner applies the migrations
 // with the binary and grants migrations/least_privilege.sql; a relay, a
 // producer and an operator then do their work with those grants only.
 
@@ -55,8 +55,8 @@ func leastPrivilegeSchema(t *testing.T) *dbtest.LeastPrivilege {
 
 // produce inserts, as the producer role, the rows from to to of topic for
 // each key (without a key for ""), with headers and idempotency keys
-// topic/key/seq that sort in insert order per key, the way the README's
-// examples do.
+// topic/key/seq that sort in insert order per key, the way the examples
+// of docs/writing-rows.md do.
 func produce(t *testing.T, lp *dbtest.LeastPrivilege, topic string, from, to int, keys ...string) {
 	t.Helper()
 	conn := lp.ConnAs(t, lp.Producer)

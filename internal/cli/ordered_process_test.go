@@ -20,7 +20,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
 )
 
-// The README's promise for RELAY_ORDERED, kept by real relay processes:
+// docs/guarantees.md's promise for RELAY_ORDERED, kept by real relay processes:
 // per key, the events a destination accepts are the key's events in insert
 // order. A re-send of an event already accepted is allowed (delivery is at
 // least once); a gap or a reordering is not.

@@ -20,7 +20,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
 )
 
-// The README's promises for RELAY_MODE=partitioned, kept by real relay
+// docs/guarantees.md's promises for RELAY_MODE=partitioned, kept by real relay
 // processes that die, join and pause: the relays share the 64 buckets, a
 // bucket is processed by one relay at a time (each acquisition has a new
 // epoch, and claims and settles are fenced by it), a dead relay's buckets

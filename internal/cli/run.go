@@ -67,7 +67,7 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 		if permissionDenied(err) {
 			return fmt.Errorf("apply the migrations at start (RELAY_MIGRATE=true): %w: this database user may not create or change schema %s. "+
 				"Run the relay with RELAY_MIGRATE=false, and have the schema's owner apply the migrations (at install and at every upgrade) with `outbox-relay migrate`, "+
-				"or `outbox-relay migrate --print` and your migration tool; the grants the relay needs are in migrations/least_privilege.sql (README: Security, Least privilege)", err, s.Relay.Schema)
+				"or `outbox-relay migrate --print` and your migration tool; the grants the relay needs are in migrations/least_privilege.sql (docs/security.md, Least privilege)", err, s.Relay.Schema)
 		}
 		if err != nil {
 			return err

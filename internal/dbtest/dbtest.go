@@ -328,8 +328,8 @@ func urlAs(base, user, password string) (string, error) {
 	return u.String(), nil
 }
 
-// LeastPrivilege is a schema set up as the README's "Least privilege"
-// says: a DBA created it for its own owner role (which has no privilege on
+// LeastPrivilege is a schema set up as docs/security.md's "Least
+// privilege" says: a DBA created it for its own owner role (which has no privilege on
 // the database), the owner migrates it and grants a producer, a relay and an
 // operator role what migrations/least_privilege.sql grants them. The
 // embedded Schema reaches it as the test database's superuser, for fixtures

@@ -43,7 +43,7 @@ var allowed = []struct {
 	{"internal/relaytest", []string{"internal/dbtest", "internal/natstest", "internal/waitfor"}},
 	{"internal/webhooktest", []string{"sinks/sinktest"}},
 	{"internal/waitfor", nil},
-	{"examples", nil}, // its tests check the README against the examples
+	{"examples", nil}, // its tests check the docs against the examples
 	{"examples/...", []string{"outbox"}},
 	{"internal/layering", nil},
 }

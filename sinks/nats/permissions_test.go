@@ -13,7 +13,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
 
-// relayPermissions are the NATS permissions the README documents for the
+// relayPermissions are the least NATS permissions that work for the
 // relay's user, with events. as NATS_SUBJECT_PREFIX and EVENTS as
 // NATS_STREAM: publish on its subjects and the JetStream API calls of the
 // start-up check (and of NATS_STREAM's creation), subscribe to its inboxes

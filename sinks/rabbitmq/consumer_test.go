@@ -21,7 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
 
-// consume is the consumer the README shows (a test keeps the two
+// consume is the consumer docs/sinks.md shows (a test keeps the two
 // identical).
 func consume(ctx context.Context, ch *amqp.Channel, db *pgxpool.Pool, queue string, handle func(context.Context, pgx.Tx, amqp.Delivery) error) error {
 	if err := ch.Qos(50, 0, false); err != nil {
@@ -57,21 +57,21 @@ func consume(ctx context.Context, ch *amqp.Channel, db *pgxpool.Pool, queue stri
 	return errors.New("the channel closed: reconnect and consume again")
 }
 
-func TestREADME_ConsumerIsTheTestedOne(t *testing.T) {
+func TestDocs_ConsumerIsTheTestedOne(t *testing.T) {
 	t.Parallel()
 	src, err := os.ReadFile("consumer_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	doc, err := os.ReadFile("../../docs/sinks.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(src)
 	start := strings.Index(s, "func consume(")
 	end := start + strings.Index(s[start:], "\n}\n") + len("\n}\n")
-	if !strings.Contains(string(readme), "```go\n"+s[start:end]+"```\n") {
-		t.Error("README.md does not show consume exactly as consumer_test.go has it: copy it into the RabbitMQ section")
+	if !strings.Contains(string(doc), "```go\n"+s[start:end]+"```\n") {
+		t.Error("docs/sinks.md does not show consume exactly as consumer_test.go has it: copy it into the RabbitMQ section")
 	}
 }
 

@@ -10,8 +10,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -19,8 +21,9 @@ import (
 	"github.com/outbox-relay/outbox-relay/sinks/webhook"
 )
 
-// verify is what a receiver does with the standard library alone (the
-// README shows it): check the timestamp, recompute the signature with its
+// verify is what a receiver does with the standard library alone
+// (docs/sinks.md shows it, TestDocs_VerifyIsTheTestedOne keeps the two
+// identical): check the timestamp, recompute the signature with its
 // secret and compare it with each one sent.
 func verify(secret string, h http.Header, body []byte) error {
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
@@ -76,4 +79,22 @@ func Example_verify() {
 	// Output:
 	// verified orders.paid order-42-paid: {"order_id": 42}
 	// outcome: <nil>
+}
+
+func TestDocs_VerifyIsTheTestedOne(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../../docs/sinks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(src)
+	start := strings.Index(s, "func verify(")
+	end := start + strings.Index(s[start:], "\n}\n") + len("\n}\n")
+	if !strings.Contains(string(doc), "```go\n"+s[start:end]+"```\n") {
+		t.Error("docs/sinks.md does not show verify exactly as example_test.go has it: copy it into the Webhooks section")
+	}
 }

@@ -14,20 +14,20 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 )
 
-// The README's "Writing rows" section shows the outbox INSERT in every
-// language, and examples/ holds a runnable program for each. These tests keep
-// the two byte-identical (after normalizeSQL) and run every statement against
-// a real, migrated schema.
+// docs/writing-rows.md shows the outbox INSERT in every language (and the
+// README the psql one), and examples/ holds a runnable program for each.
+// These tests keep the two byte-identical (after normalizeSQL) and run every
+// statement against a real, migrated schema.
 
 // example is one language's outbox INSERT: where it is shown, how its
 // placeholders are written, and the parameters the example passes.
 type example struct {
-	lang   string // the README code block's info string
+	lang   string // the info string of the docs' code block
 	file   string // relative to examples/
 	params []any  // in placeholder order; nil for literal SQL
 }
 
-// The parameters every example passes (the README's values).
+// The parameters every example passes (the docs' values).
 var (
 	examplePayload = []byte(`{"order_id": 42}`)
 	exampleHeaders = `{"content-type": "application/json"}`
@@ -100,22 +100,33 @@ func extractInsert(lang, src string) (string, error) {
 	}
 }
 
-// readmeBlocks returns the fenced code blocks of the README's "Writing rows"
-// section, by info string.
-func readmeBlocks(t *testing.T) map[string][]string {
+// The page and the section that show the INSERT in every language.
+const (
+	rowsPage    = "docs/writing-rows.md"
+	rowsSection = "## Examples in each language"
+)
+
+// docBlocks returns the fenced code blocks of file (relative to the
+// repository) by info string: those of its section that starts with the
+// heading line, up to the next heading of that level, or of the whole file
+// when heading is empty.
+func docBlocks(t *testing.T, file, heading string) map[string][]string {
 	t.Helper()
-	readme, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../" + file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(readme)
-	start := strings.Index(s, "\n## Writing rows\n")
-	if start < 0 {
-		t.Fatal(`README.md has no "## Writing rows" section`)
-	}
-	s = s[start+1:]
-	if end := strings.Index(s, "\n## "); end >= 0 {
-		s = s[:end]
+	s := string(b)
+	if heading != "" {
+		start := strings.Index(s, "\n"+heading+"\n")
+		if start < 0 {
+			t.Fatalf("%s has no %q section", file, heading)
+		}
+		s = s[start+1:]
+		level := heading[:strings.IndexByte(heading, ' ')+1]
+		if end := strings.Index(s[len(heading):], "\n"+level); end >= 0 {
+			s = s[:len(heading)+end]
+		}
 	}
 	blocks := map[string][]string{}
 	fence := regexp.MustCompile("(?ms)^```([a-z]*)\n(.*?)^```$")
@@ -125,8 +136,8 @@ func readmeBlocks(t *testing.T) map[string][]string {
 	return blocks
 }
 
-func TestExamples_StatementsMatchTheREADME(t *testing.T) {
-	blocks := readmeBlocks(t)
+func TestExamples_StatementsMatchTheDocs(t *testing.T) {
+	blocks := docBlocks(t, rowsPage, rowsSection)
 	stmts := map[string]string{}
 	for _, ex := range examples {
 		src, err := os.ReadFile(ex.file)
@@ -142,16 +153,16 @@ func TestExamples_StatementsMatchTheREADME(t *testing.T) {
 		for _, b := range blocks[ex.lang] {
 			if strings.Contains(b, insertPrefix) {
 				if want, err = extractInsert(ex.lang, b); err != nil {
-					t.Errorf("README.md, %s block: %v", ex.lang, err)
+					t.Errorf("%s, %s block: %v", rowsPage, ex.lang, err)
 				}
 			}
 		}
 		if want == "" {
-			t.Errorf("README.md's Writing rows section has no %s block with %q", ex.lang, insertPrefix)
+			t.Errorf("%s's %q section has no %s block with %q", rowsPage, rowsSection, ex.lang, insertPrefix)
 			continue
 		}
 		if normalizeSQL(got) != normalizeSQL(want) {
-			t.Errorf("%s's statement differs from the README's %s block:\n got: %s\nwant: %s", ex.file, ex.lang, normalizeSQL(got), normalizeSQL(want))
+			t.Errorf("%s's statement differs from %s's %s block:\n got: %s\nwant: %s", ex.file, rowsPage, ex.lang, normalizeSQL(got), normalizeSQL(want))
 		}
 		stmts[ex.lang] = normalizeSQL(got)
 	}
@@ -171,6 +182,32 @@ func TestExamples_StatementsMatchTheREADME(t *testing.T) {
 	columns := stmts["sql"][:strings.Index(stmts["sql"], ")")+1]
 	if !strings.HasPrefix(first, columns) || !strings.HasSuffix(stmts["sql"], "ON CONFLICT (idempotency_key) DO NOTHING") {
 		t.Errorf("the psql statement %q and the others %q write different columns", stmts["sql"], first)
+	}
+}
+
+// TestExamples_READMEStatementIsTheExample: the INSERT the README shows is
+// examples/psql/insert.sql's.
+func TestExamples_READMEStatementIsTheExample(t *testing.T) {
+	src, err := os.ReadFile("psql/insert.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := extractInsert("sql", string(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range docBlocks(t, "README.md", "")["sql"] {
+		if !strings.Contains(b, insertPrefix) {
+			continue
+		}
+		got, err := extractInsert("sql", b)
+		if err != nil {
+			t.Errorf("README.md, sql block: %v", err)
+			continue
+		}
+		if normalizeSQL(got) != normalizeSQL(want) {
+			t.Errorf("README.md's statement differs from psql/insert.sql's:\n got: %s\nwant: %s", normalizeSQL(got), normalizeSQL(want))
+		}
 	}
 }
 
