@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
@@ -110,6 +112,14 @@ type Config struct {
 	// idempotency key, ce-type = topic, ce-source = this, ce-time =
 	// created_at. Headers the row sets itself are kept.
 	CloudEventsSource string
+	// TracerProvider, when set, traces deliveries (tracing.go): one CLIENT
+	// span "send {destination}" per batch, sink and destination, linked to
+	// each row's traceparent. Nil: no spans, and nothing is spent on them.
+	TracerProvider trace.TracerProvider
+	// TraceInject gives the messages whose row has no traceparent header
+	// that of their send span (RELAY_TRACE_INJECT), so that consumers
+	// continue the relay's trace. Only with a TracerProvider.
+	TraceInject bool
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Metrics receives the relay's measurements. Default: a private set that

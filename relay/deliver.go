@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
@@ -136,7 +138,7 @@ func (r *Relay) triage(name string, batch []claimed) (decided []outcome, msgs []
 			continue
 		}
 		if o.kind == kindDead {
-			r.failures.of(name).add(&c.Message, o, true)
+			r.failures.of(name).add(&c.Message, o, true, trace.SpanContext{})
 		}
 		decided = append(decided, o)
 	}
@@ -163,6 +165,10 @@ func (d *delivery) send(dctx, ctx context.Context, pending []int) (notAttempted 
 	}
 	latency := r.metrics.DeliveryLatency.WithLabelValues(d.name)
 	start := time.Now()
+	var tr *sendTrace
+	if r.tracer != nil {
+		tr = d.startTrace(ctx, sub, start)
+	}
 
 	var mu sync.Mutex
 	var group []outcome
@@ -180,9 +186,17 @@ func (d *delivery) send(dctx, ctx context.Context, pending []int) (notAttempted 
 		i := pending[j]
 		if errors.Is(err, sinks.ErrNotAttempted) && ctx.Err() == nil {
 			notAttempted = append(notAttempted, i)
+			if tr != nil {
+				tr.record(j, errNotAttempted)
+			}
 			return
 		}
 		o := r.outcomeOf(&d.msgs[i], d.tags[i], d.name, err, ctx.Err() != nil)
+		var sc trace.SpanContext
+		if tr != nil {
+			tr.record(j, errClass(o.kind, o.reason, err))
+			sc = tr.spanContext(j)
+		}
 		if d.observe != nil {
 			d.observe(i, o.kind)
 		}
@@ -195,10 +209,10 @@ func (d *delivery) send(dctx, ctx context.Context, pending []int) (notAttempted 
 			}
 		case kindRelease:
 		default:
-			d.failures.add(&d.msgs[i], o, false)
+			d.failures.add(&d.msgs[i], o, false, sc)
 			if o.kind == kindRetry {
 				if msg, attrs := d.watch.failed(now, o.err); msg != "" {
-					r.log.Error(msg, append([]any{"sink", d.name}, attrs...)...)
+					r.log.Error(msg, append(append([]any{"sink", d.name}, attrs...), traceIDs(sc)...)...)
 				}
 			}
 		}
@@ -243,6 +257,9 @@ func (d *delivery) send(dctx, ctx context.Context, pending []int) (notAttempted 
 		r.log.Error("sink reported fewer outcomes than messages", "sink", d.name, "num_reported", reported, "num_messages", len(sub))
 	}
 	flush()
+	if tr != nil {
+		tr.end()
+	}
 	r.metrics.DeliverDuration.WithLabelValues(d.name).Observe(time.Since(start).Seconds())
 	return notAttempted
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
@@ -40,6 +42,8 @@ type failureGroup struct {
 	topics             []string
 	firstID, lastID    int64
 	minDelay, maxDelay time.Duration
+	// span is the trace context of the first failure's span, when traced.
+	span trace.SpanContext
 }
 
 // maxLoggedTopics bounds the topics a failure line names.
@@ -49,7 +53,10 @@ func newFailureLog() *failureLog { return &failureLog{groups: map[failureKey]*fa
 
 // add records the outcome o of delivering m (a retry or a dead letter), or
 // of deciding it without sending it when unsent.
-func (f *failureLog) add(m *sinks.Message, o outcome, unsent bool) {
+//
+// sc is the span of the delivery when tracing is on: the first valid one of
+// a kind of failure is logged with it.
+func (f *failureLog) add(m *sinks.Message, o outcome, unsent bool, sc trace.SpanContext) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := failureKey{kind: o.kind, unsent: unsent, reason: o.reason, err: o.err}
@@ -60,6 +67,9 @@ func (f *failureLog) add(m *sinks.Message, o outcome, unsent bool) {
 		f.order = append(f.order, k)
 	}
 	g.n++
+	if !g.span.IsValid() {
+		g.span = sc
+	}
 	g.firstID, g.lastID = min(g.firstID, m.ID), max(g.lastID, m.ID)
 	g.minDelay, g.maxDelay = min(g.minDelay, o.delay), max(g.maxDelay, o.delay)
 	if len(g.topics) < maxLoggedTopics && !slices.Contains(g.topics, m.Topic) {
@@ -81,6 +91,7 @@ func (f *failureLog) log(log *slog.Logger, sink string) {
 			ids = fmt.Sprintf("%d..%d", g.firstID, g.lastID)
 		}
 		attrs := []any{"sink", sink, "num_messages", g.n, "topics", strings.Join(g.topics, ","), "outbox_ids", ids}
+		attrs = append(attrs, traceIDs(g.span)...)
 		if k.kind == kindRetry {
 			retry := g.minDelay.Round(time.Millisecond).String()
 			if g.maxDelay.Round(time.Millisecond) != g.minDelay.Round(time.Millisecond) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
@@ -60,6 +61,10 @@ type Relay struct {
 	// failures gathers each sink's failed deliveries for the log
 	// (failureLogs.loop).
 	failures *failureLogs
+	// tracer makes the send spans; nil when tracing is off
+	// (Config.TracerProvider), and sinkTraces what they carry by sink.
+	tracer     trace.Tracer
+	sinkTraces map[string]*sinkTrace
 }
 
 // New returns a relay over pool, which must reach a database migrated by
@@ -81,6 +86,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		settleCh: make(chan []outcome, 64),
 		notified: newBroadcast(),
 		failures: newFailureLogs(log, cfg.Sinks),
+	}
+	if cfg.TracerProvider != nil {
+		r.tracer = cfg.TracerProvider.Tracer(tracerName, trace.WithInstrumentationVersion(cfg.Version))
+		r.sinkTraces = newSinkTraces(cfg)
 	}
 	r.mode = newMode(r)
 	r.settleSQL = r.mode.settleStatements()

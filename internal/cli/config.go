@@ -55,6 +55,8 @@ type config struct {
 	Kafka    kafkaEnv
 	RabbitMQ rabbitmqEnv
 
+	Tracing tracingEnv
+
 	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" doc:"Log level." allowed:"debug, info, warn or error"`
 	LogFormat string `env:"LOG_FORMAT" envDefault:"auto" doc:"Log format: auto is colored text on a terminal and JSON otherwise." allowed:"auto, text or json"`
 }
@@ -304,6 +306,9 @@ func (c *config) validate() error {
 		if err := s.validate(c); err != nil {
 			return err
 		}
+	}
+	if err := c.Tracing.validate(c); err != nil {
+		return err
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -90,8 +90,19 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 		}
 	}
 
+	tp, stopTracing, err := newTracerProvider(ctx, s.Tracing, log)
+	if err != nil {
+		return err
+	}
+	// Deferred after the sinks' close, so run first: the last spans are
+	// flushed once the relay has drained.
+	defer stopTracing()
+
 	rc := s.Relay
 	rc.Sinks, rc.Logger, rc.Metrics = opened, log, metrics
+	if tp != nil {
+		rc.TracerProvider = tp
+	}
 	r, err := relay.New(pool, rc)
 	if err != nil {
 		return err

@@ -21,6 +21,8 @@ type settings struct {
 	// Relay is the engine's configuration, but for Sinks, Logger and
 	// Metrics, which run sets from what it opens.
 	Relay relay.Config
+	// Tracing makes the tracer provider (newTracerProvider).
+	Tracing tracing
 	// Sinks holds each configured sink's Config (its package's type), by
 	// sink name; run opens them.
 	Sinks map[string]any
@@ -56,8 +58,10 @@ func settingsOf(c *config, version string) settings {
 			ArchiveRetention:  forever(c.ArchiveRetention),
 			DedupRetention:    forever(c.DedupRetention),
 			CloudEventsSource: c.CloudEvents,
+			TraceInject:       c.Tracing.Inject,
 		},
-		Sinks: map[string]any{},
+		Tracing: c.Tracing.settings(version),
+		Sinks:   map[string]any{},
 	}
 	for _, e := range c.sinkEnvs() {
 		if e.enabled() {

@@ -55,6 +55,7 @@ var testOnly = []string{
 	"github.com/prometheus/client_golang/prometheus/testutil",
 	"github.com/nats-io/nats-server/v2/server",
 	"github.com/twmb/franz-go/pkg/kfake",
+	"go.opentelemetry.io/otel/sdk/trace/tracetest",
 	"github.com/standard-webhooks/standard-webhooks/libraries/go",
 	module + "/internal/dbtest",
 	module + "/internal/natstest",

@@ -38,6 +38,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
@@ -101,6 +102,8 @@ type Sink struct {
 	watched chan struct{} // closed when watch returns
 	eofs    int           // probes in a row closed by the broker; watch's own
 	closing sync.Once
+	// traceAttrs are TraceAttributes' answer.
+	traceAttrs []attribute.KeyValue
 }
 
 var (
@@ -147,7 +150,7 @@ func New(cfg Config) (*Sink, error) {
 		log.Warn("SASL PLAIN without TLS sends the Kafka password in clear text; set KAFKA_TLS=true")
 	}
 
-	s := &Sink{cfg: cfg, log: log, health: newHealth(), watched: make(chan struct{})}
+	s := &Sink{cfg: cfg, log: log, health: newHealth(), watched: make(chan struct{}), traceAttrs: traceAttributes(cfg.Brokers)}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),

@@ -47,6 +47,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
@@ -121,6 +122,8 @@ type Sink struct {
 	state   *connState
 	status  chan nats.Status // the watcher's status events
 	closing atomic.Bool      // Close was called: the connection's end is ours
+	// traceAttrs are TraceAttributes' answer.
+	traceAttrs []attribute.KeyValue
 }
 
 var (
@@ -153,7 +156,7 @@ func New(cfg Config) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("NATS config: %w", err)
 	}
-	s := &Sink{cfg: cfg, log: log, state: newConnState(log)}
+	s := &Sink{cfg: cfg, log: log, state: newConnState(log), traceAttrs: traceAttributes(cfg.URL)}
 
 	opts := append([]nats.Option{
 		nats.Name(cfg.ClientName),

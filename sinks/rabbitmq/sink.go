@@ -40,6 +40,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
@@ -94,10 +95,12 @@ type Config struct {
 
 // Sink publishes to RabbitMQ. It is safe for concurrent use.
 type Sink struct {
-	cfg  Config
-	log  *slog.Logger
-	tls  *tls.Config // nil: no TLS files, amqp091's defaults for amqps
-	pass string      // the URL's password, kept out of errors
+	cfg Config
+	// traceAttrs are TraceAttributes' answer.
+	traceAttrs []attribute.KeyValue
+	log        *slog.Logger
+	tls        *tls.Config // nil: no TLS files, amqp091's defaults for amqps
+	pass       string      // the URL's password, kept out of errors
 
 	// sess is the live confirm-mode channel; nil while disconnected.
 	sess atomic.Pointer[session]
@@ -153,12 +156,13 @@ func New(cfg Config) (*Sink, error) {
 		log = slog.Default()
 	}
 	s := &Sink{
-		cfg:  cfg,
-		log:  log.With("sink", "rabbitmq", "url", Redact(cfg.URL)),
-		tls:  tlsConfig,
-		pass: uri.Password,
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		cfg:        cfg,
+		log:        log.With("sink", "rabbitmq", "url", Redact(cfg.URL)),
+		tls:        tlsConfig,
+		pass:       uri.Password,
+		traceAttrs: traceAttributes(cfg.URL),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
 	}
 	s.setDown(errors.New("connecting"))
 	go s.run()

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
@@ -32,6 +34,10 @@ type Sink struct {
 	// (see warnDropped), at most droppedMax of them.
 	dropped  sync.Map
 	nDropped atomic.Int32
+	// traceDest and traceAttrs are TraceDestination's and
+	// TraceAttributes' answers.
+	traceDest  string
+	traceAttrs []attribute.KeyValue
 }
 
 // droppedMax bounds the header names warnDropped remembers: rows can make
@@ -58,8 +64,11 @@ func New(cfg Config) (*Sink, error) {
 		transport = t
 	}
 	log := cfg.Logger.With("sink", "webhook", "url", RedactURL(cfg.URL))
+	traceDest, traceAttrs := traceAttributes(cfg.URL)
 	return &Sink{
-		cfg: cfg,
+		cfg:        cfg,
+		traceDest:  traceDest,
+		traceAttrs: traceAttrs,
 		client: &http.Client{
 			Transport: transport,
 			// Never follow: a redirect is reported, not obeyed.
