@@ -60,6 +60,9 @@ type Relay struct {
 	// failures gathers each sink's failed deliveries for the log
 	// (failureLogs.loop).
 	failures *failureLogs
+	// horizonWarned is set once the relay has said that its role cannot
+	// time other roles' snapshots (refreshHorizon).
+	horizonWarned atomic.Bool
 }
 
 // New returns a relay over pool, which must reach a database migrated by
