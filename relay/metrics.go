@@ -32,12 +32,12 @@ type Metrics struct {
 	DeadLetters        prometheus.Gauge
 	HotTableDeadTuples prometheus.Gauge
 	LockWaits          prometheus.Gauge
-	// OldestSnapshotAge and OldestXminAge follow the xmin horizon of the
-	// database (horizon.go), by holder.
+	StatsErrors        prometheus.Counter
+	RetentionDeleted   *prometheus.CounterVec
+
+	// The xmin horizon of the database (horizon.go), by holder.
 	OldestSnapshotAge *prometheus.GaugeVec
 	OldestXminAge     *prometheus.GaugeVec
-	StatsErrors       prometheus.Counter
-	RetentionDeleted  *prometheus.CounterVec
 
 	// Ordered mode.
 	BlockedKeys   prometheus.Gauge
@@ -211,7 +211,7 @@ func (m *Metrics) exportSeries(sinks []string) {
 	}
 	m.Backlog.WithLabelValues(unknownSink)
 	for _, h := range horizonHolders {
-		if h != "replication" {
+		if timedHolder(h) {
 			m.OldestSnapshotAge.WithLabelValues(h)
 		}
 		m.OldestXminAge.WithLabelValues(h)
