@@ -85,4 +85,17 @@ GRANT SELECT ON :"schema".relays TO :"operator";
 GRANT SELECT, UPDATE ON :"schema".lanes TO :"operator";
 GRANT SELECT ON :"schema".buckets TO :"operator";
 
+-- Not granted here: pg_read_all_stats. PostgreSQL shows every role when a
+-- session's snapshot was taken (backend_xmin), but when its transaction
+-- started only to the session's own role and to pg_read_all_stats: without
+-- it, outbox_relay_oldest_snapshot_age_seconds and `outbox-relay status`
+-- time only their own role's sessions (the relay warns once at start), and
+-- OutboxRelaySnapshotPinned misses a report or a forgotten BEGIN of another
+-- role. The role also shows every session's query text and every
+-- statistics view, and only a superuser (or a role holding it WITH ADMIN
+-- OPTION) may grant it, not the schema's owner: a DBA who wants the
+-- snapshot ages grants it apart (docs/security.md):
+--
+--   GRANT pg_read_all_stats TO outbox_relay, outbox_operator;
+
 COMMIT;

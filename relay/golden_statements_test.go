@@ -63,6 +63,7 @@ func goldenStatements() map[string]map[string]string {
 			"gauge_backlog":          q.backlog,
 			"gauge_table_health":     q.tableHealth,
 			"autovacuum":             q.autovacuum,
+			"gauge_horizon":          q.horizonAge,
 		},
 	}
 }

@@ -35,6 +35,10 @@ type Metrics struct {
 	StatsErrors        prometheus.Counter
 	RetentionDeleted   *prometheus.CounterVec
 
+	// The xmin horizon of the database (horizon.go), by holder.
+	OldestSnapshotAge *prometheus.GaugeVec
+	OldestXminAge     *prometheus.GaugeVec
+
 	// Ordered mode.
 	BlockedKeys   prometheus.Gauge
 	WaitingOnKey  prometheus.Gauge
@@ -137,6 +141,17 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "lock_waits",
 			Help: "Lock requests on the messages table waiting at the last refresh (claims, producers, vacuum contending).",
 		}),
+		OldestSnapshotAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "oldest_snapshot_age_seconds",
+			Help: "Age of the oldest transaction holding back vacuum in the relay's database, by holder (session: pg_stat_activity.xact_start, " +
+				"sessions of other roles only with pg_read_all_stats; prepared: pg_prepared_xacts.prepared); 0 when none. " +
+				"While it grows, delivered rows stay behind as dead tuples and claims slow down.",
+		}, []string{"holder"}),
+		OldestXminAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "oldest_xmin_age_transactions",
+			Help: "Transactions since the oldest xmin or xid holding back vacuum in the relay's database (age(xmin)), by holder " +
+				"(session, prepared, replication: slots' xmin and standbys' hot_standby_feedback); 0 when none.",
+		}, []string{"holder"}),
 		StatsErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Name: "stats_errors_total",
 			Help: "Failed refreshes of the backlog gauges.",
@@ -195,6 +210,12 @@ func (m *Metrics) exportSeries(sinks []string) {
 		m.Backlog.WithLabelValues(name)
 	}
 	m.Backlog.WithLabelValues(unknownSink)
+	for _, h := range horizonHolders {
+		if timedHolder(h) {
+			m.OldestSnapshotAge.WithLabelValues(h)
+		}
+		m.OldestXminAge.WithLabelValues(h)
+	}
 	for _, table := range []string{"archive", "delivered_keys"} {
 		m.RetentionDeleted.WithLabelValues(table)
 	}

@@ -65,6 +65,9 @@ type Relay struct {
 	// (Config.TracerProvider), and sinkTraces what they carry by sink.
 	tracer     trace.Tracer
 	sinkTraces map[string]*sinkTrace
+	// horizonWarned is set once the relay has said that its role cannot
+	// time other roles' snapshots (refreshHorizon).
+	horizonWarned atomic.Bool
 }
 
 // New returns a relay over pool, which must reach a database migrated by

@@ -286,6 +286,69 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM {schema}.messages
        (SELECT count(*) FROM pg_catalog.pg_locks
          WHERE NOT granted AND relation = '{schema}.messages'::regclass)`
 
+// The xmin horizon (horizon.go). VACUUM removes a dead tuple only once no
+// transaction of the database may still see it: the oldest snapshot (xmin)
+// or transaction id (xid) of a session of the database, of a prepared
+// transaction, of a replication slot (its xmin: a standby's
+// hot_standby_feedback; a logical slot's catalog_xmin holds back the system
+// catalogs only, not the relay's tables) or of a standby's walsender
+// without a slot holds every dead row the relay leaves behind, and its dead
+// index entries stay on the claims' path.
+
+// horizonHolders are the holder label values of the horizon gauges, in the
+// order queryHorizonAge returns them.
+var horizonHolders = []string{"session", "prepared", "replication"}
+
+// horizonHolding selects the backends, prepared transactions and
+// replication slots holding an xmin or an xid that the horizon of the
+// current database honours, with the holder they count as, the age of
+// their transaction in seconds (xact_start: NULL for a
+// walsender, and for the sessions of other roles unless the reader has
+// pg_read_all_stats, which PostgreSQL hides; backend_xmin and backend_xid
+// it shows to everyone) and in transactions. It leaves out the reading
+// backend (its own statement's snapshot) and autovacuum workers, whose
+// VACUUM the horizon ignores. Backends of other databases do not hold this
+// one's horizon, except walsenders (no database: a standby's
+// hot_standby_feedback).
+const horizonHolding = `
+    SELECT CASE WHEN a.datid IS NULL OR a.backend_type = 'walsender' THEN 'replication' ELSE 'session' END AS holder,
+           extract(epoch FROM now() - a.xact_start)::float8 AS age_seconds,
+           greatest(age(a.backend_xmin), age(a.backend_xid))::bigint AS age_xids
+      FROM pg_catalog.pg_stat_activity AS a
+     WHERE (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
+       AND a.pid <> pg_catalog.pg_backend_pid()
+       AND (a.datid IS NULL OR a.datid = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database()))
+       AND a.backend_type IS DISTINCT FROM 'autovacuum worker'
+     UNION ALL
+    SELECT 'prepared', extract(epoch FROM now() - p.prepared)::float8, age(p.transaction)::bigint
+      FROM pg_catalog.pg_prepared_xacts AS p
+     WHERE p.database = current_database()
+     UNION ALL
+    SELECT 'replication', NULL, age(s.xmin)::bigint
+      FROM pg_catalog.pg_replication_slots AS s
+     WHERE s.xmin IS NOT NULL`
+
+// queryHorizonAge reads, for each holder of the database's xmin horizon
+// (horizonHolders: sessions, prepared transactions, replication), how old
+// its oldest is: in transactions (the age of the oldest xmin or xid; 0 when
+// none), and in seconds since the transaction of that oldest one started
+// (of the oldest among those whose start PostgreSQL shows; 0 when none).
+// A transaction's start bounds its snapshot's age from above: a READ
+// COMMITTED transaction that writes nothing takes a new snapshot for each
+// statement. Every row also says whether the reading role sees the start of
+// every session (it has the privileges of pg_read_all_stats).
+const queryHorizonAge = `
+SELECT h.holder,
+       coalesce((array_agg(x.age_seconds ORDER BY x.age_xids DESC, x.age_seconds DESC)
+                   FILTER (WHERE x.age_seconds IS NOT NULL))[1], 0)::float8,
+       coalesce(max(x.age_xids), 0)::bigint,
+       pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')
+  FROM (VALUES (1, 'session'), (2, 'prepared'), (3, 'replication')) AS h(n, holder)
+  LEFT JOIN (` + horizonHolding + `
+       ) AS x ON x.holder = h.holder
+ GROUP BY h.n, h.holder
+ ORDER BY h.n`
+
 // queryAutovacuum reads whether the server runs autovacuum and whether the
 // hot table of schema @schema_name allows it (reloptions
 // autovacuum_enabled).
@@ -364,7 +427,7 @@ type queries struct {
 	modeLock, modeRead, modeSwitch, modeSwitchLock, modeApply string
 	relaysHeartbeat, relaysRestart, relaysLeave, relaysForget string
 	deleteExpiredArchive, deleteExpiredKeys                   string
-	backlog, tableHealth, autovacuum                          string
+	backlog, tableHealth, autovacuum, horizonAge              string
 }
 
 // renderQueries renders the statements every mode runs for schema.
@@ -385,6 +448,7 @@ func renderQueries(schema string) queries {
 		backlog:              f(queryMessagesBacklog),
 		tableHealth:          f(queryTableHealth),
 		autovacuum:           f(queryAutovacuum),
+		horizonAge:           f(queryHorizonAge),
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 // gauges stays cheap on a huge backlog.
 const gaugeCountCap = 1_000_000
 
-// statsLoop refreshes the backlog and table-health gauges every
+// statsLoop refreshes the backlog, table-health and horizon gauges every
 // StatsInterval until ctx ends. Failures are logged and counted; the next
 // round tries again.
 func (r *Relay) statsLoop(ctx context.Context) {
@@ -32,8 +32,8 @@ func (r *Relay) statsLoop(ctx context.Context) {
 }
 
 // refreshStats sets the backlog, oldest-due-age, backoff, dead-letter, dead
-// tuple and lock-wait gauges with bounded queries, and the mode's own
-// (mode.countDue).
+// tuple and lock-wait gauges with bounded queries, the mode's own
+// (mode.countDue), and the age of the oldest snapshot (refreshHorizon).
 func (r *Relay) refreshStats(ctx context.Context) error {
 	// Every configured sink and unknownSink get a value each time (no
 	// Reset, so that a scrape never sees the series missing), and
@@ -79,7 +79,7 @@ func (r *Relay) refreshStats(ctx context.Context) error {
 	r.metrics.DeadLetters.Set(float64(dead))
 	r.metrics.HotTableDeadTuples.Set(float64(deadTuples))
 	r.metrics.LockWaits.Set(float64(lockWaits))
-	return nil
+	return r.refreshHorizon(ctx)
 }
 
 // countDueRows counts the due rows per sink (queryMessagesBacklog) with

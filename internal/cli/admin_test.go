@@ -195,3 +195,43 @@ func TestDeadCommand_RefusesAnUnknownReason(t *testing.T) {
 		t.Errorf("dead retry --reason nosink: exit %d, %q; want 2 listing the valid reasons", code, stderr)
 	}
 }
+
+// status names the transactions that have held back vacuum for more than a
+// minute, with their pid, application, state and age, says when a role
+// cannot see other roles' ages, and gives the way out; it says nothing
+// while every snapshot is young.
+func TestStatusCommand_PrintsAPinnedHorizon(t *testing.T) {
+	t.Parallel()
+	age := func(s float64) *float64 { return &s }
+	pid := func(p int32) *int32 { return &p }
+	st := &admin.StatusReport{Horizon: admin.HorizonStatus{Holders: []admin.HorizonHolder{
+		{Holder: "session", PID: pid(4242), User: "analyst", ApplicationName: "nightly-report", State: "idle in transaction", AgeSeconds: age(754), AgeTransactions: 91234},
+		{Holder: "session", PID: pid(77), User: "app", AgeTransactions: 9000},
+		{Holder: "prepared", Name: "tx-17", User: "app", AgeSeconds: age(65), AgeTransactions: 8000},
+		{Holder: "session", PID: pid(5), User: "outbox_relay", AgeSeconds: age(0.01), AgeTransactions: 2},
+	}}}
+	var out bytes.Buffer
+	printHorizon(&out, st)
+	got := out.String()
+	for _, want := range []string{
+		"Oldest snapshot: 12m34s old (session): it holds back vacuum",
+		"4242", "nightly-report", "idle in transaction", "12m34s", "91234",
+		"tx-17", "1m5s",
+		"grant it pg_read_all_stats",
+		"pg_terminate_backend(pid)", "idle_in_transaction_session_timeout",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("status output lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "outbox_relay") {
+		t.Errorf("status lists a snapshot younger than a minute:\n%s", got)
+	}
+
+	st.Horizon.Holders = st.Horizon.Holders[3:]
+	out.Reset()
+	printHorizon(&out, st)
+	if out.Len() != 0 {
+		t.Errorf("with every snapshot young, status printed:\n%s", out.String())
+	}
+}

@@ -312,7 +312,7 @@ func TestDeploy_AlertRulesAnnotated(t *testing.T) {
 	for _, want := range []string{
 		"OutboxRelayFallingBehind", "OutboxRelayDeadLetters", "OutboxRelaySinkDown", "OutboxRelayRetryStorm",
 		"OutboxRelaySlowClaims", "OutboxRelayClaimsFailing", "OutboxRelayLeaseRescues", "OutboxRelayTableBloat",
-		"OutboxRelaySinkSetupProblem", "OutboxRelayAbsent",
+		"OutboxRelaySinkSetupProblem", "OutboxRelaySnapshotPinned", "OutboxRelayAbsent",
 	} {
 		if !seen[want] {
 			t.Errorf("%s has no alert %s", rulesFile, want)

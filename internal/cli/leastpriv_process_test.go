@@ -129,6 +129,17 @@ func TestProcess_LeastPrivilegeRelayDeliversArchivesAndDeadLetters(t *testing.T)
 	if n := lp.Count(t, "relays"); n != 0 {
 		t.Errorf("relays holds %d rows after a clean shutdown, want the relay gone", n)
 	}
+	// least_privilege.sql does not grant pg_read_all_stats: the relay says
+	// once that its snapshot-age gauge sees only its own role's sessions.
+	warned := 0
+	for _, line := range p.log() {
+		if strings.Contains(line, "grant pg_read_all_stats to the role") && strings.Contains(line, "WARN") {
+			warned++
+		}
+	}
+	if warned != 1 {
+		t.Errorf("the relay's role has no pg_read_all_stats; the relay warned about it %d times, want once", warned)
+	}
 }
 
 func TestProcess_LeastPrivilegeOrderedRelayKeepsKeysInOrder(t *testing.T) {

@@ -145,6 +145,51 @@ func printStatus(w io.Writer, schema string, st *admin.StatusReport) {
 			break
 		}
 	}
+	printHorizon(w, st)
+}
+
+// snapshotPinnedAfter is the age from which status shows the oldest
+// snapshot: a transaction that has held its snapshot this long is not a
+// claim, a settle or an ordinary request.
+const snapshotPinnedAfter = time.Minute
+
+// printHorizon names the transactions holding back vacuum in the database
+// when the oldest started more than snapshotPinnedAfter ago.
+func printHorizon(w io.Writer, st *admin.StatusReport) {
+	oldest := st.Horizon.Oldest()
+	if oldest == nil || *oldest.AgeSeconds < snapshotPinnedAfter.Seconds() {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Oldest snapshot: %s old (%s): it holds back vacuum in this database, so every row delivered since stays on the claims' path and claims slow down until it ends\n",
+		formatAge(time.Duration(*oldest.AgeSeconds*float64(time.Second))), oldest.Holder)
+	tw := newTable(w)
+	fmt.Fprintln(tw, "HOLDER\tPID\tNAME\tUSER\tAPPLICATION\tSTATE\tAGE\tXMIN AGE (XACTS)")
+	hidden := false
+	for _, h := range st.Horizon.Holders {
+		age := "?"
+		if h.AgeSeconds != nil {
+			if *h.AgeSeconds < snapshotPinnedAfter.Seconds() {
+				continue
+			}
+			age = formatAge(time.Duration(*h.AgeSeconds * float64(time.Second)))
+		} else if h.Holder == "session" {
+			hidden = true
+		}
+		pid := "-"
+		if h.PID != nil {
+			pid = strconv.Itoa(int(*h.PID))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", h.Holder, pid, oneLine(safe(orDash(h.Name)), 40), safe(orDash(h.User)),
+			oneLine(safe(orDash(h.ApplicationName)), 40), orDash(h.State), age, h.AgeTransactions)
+	}
+	tw.Flush()
+	if hidden && !st.Horizon.SeesAllSessions {
+		fmt.Fprintln(w, "? PostgreSQL hides when other roles' transactions started from this role: grant it pg_read_all_stats (docs/security.md)")
+	}
+	fmt.Fprintln(w, "Hint: end it (COMMIT or ROLLBACK in its session, SELECT pg_terminate_backend(pid), COMMIT PREPARED or ROLLBACK PREPARED 'name'),")
+	fmt.Fprintln(w, "then keep it from coming back: idle_in_transaction_session_timeout, a statement_timeout for reporting roles,")
+	fmt.Fprintln(w, "reports on a replica (mind hot_standby_feedback). See docs/when-to-graduate.md, A pinned horizon.")
 }
 
 // printRelays lists the relays registered on the schema.

@@ -267,6 +267,8 @@ type Role struct {
 	// URL is the test database's connection string with this role as the
 	// user, and its password.
 	URL string
+
+	password string
 }
 
 // NewRole creates a uniquely named login role for t, with a random
@@ -310,7 +312,7 @@ func NewRole(t testing.TB, purpose string) *Role {
 	if err != nil {
 		t.Fatalf("TEST_DATABASE_URL: %v", err)
 	}
-	return &Role{Name: name, URL: u}
+	return &Role{Name: name, URL: u, password: password}
 }
 
 // urlAs returns the connection string base with user and password
@@ -405,4 +407,54 @@ func (lp *LeastPrivilege) PoolAs(t testing.TB, role *Role) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// NewDatabase creates an empty database of its own for t on the test
+// server, dropped at cleanup (with the sessions still in it), and returns
+// its connection string. Tests of what is database-wide (the xmin horizon,
+// which every session of a database holds back) take one, so that the
+// other tests on the server do not move what they measure.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	base := URL()
+	name := schemaName(t.Name())
+	conn, err := connect(ctx, base)
+	if err != nil {
+		t.Fatalf("no PostgreSQL reachable at %s to create a database: %v (database tests never skip)", redact(base), err)
+	}
+	defer conn.Close(ctx)
+	quoted := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+quoted); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		conn, err := connect(context.Background(), base)
+		if err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+quoted+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	if !strings.Contains(base, "://") {
+		return base + " dbname=" + name
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("TEST_DATABASE_URL is not a valid URL: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// WithUser returns the connection string u with role's user and password.
+func (r *Role) WithUser(u string) string {
+	s, err := urlAs(u, r.Name, r.password)
+	if err != nil {
+		panic(fmt.Sprintf("dbtest: %v", err))
+	}
+	return s
 }

@@ -147,6 +147,44 @@ SELECT relname, pg_total_relation_size(relid), n_live_tup, n_dead_tup, last_vacu
  WHERE schemaname = $1 AND relname IN ('messages', 'archive', 'delivered_keys', 'dead_letters')
  ORDER BY array_position(ARRAY['messages', 'archive', 'delivered_keys', 'dead_letters']::name[], relname)`
 
+// queryHorizonHolders lists the $1 oldest holders of the database's xmin
+// horizon, oldest xmin first: the sessions of the database holding a
+// snapshot or a transaction id (and walsenders: a standby's
+// hot_standby_feedback), prepared transactions and replication slots with
+// an xmin, each with its kind (session, prepared, replication), pid, name
+// (a prepared transaction's gid, a slot's name), user, application, state,
+// age in seconds since its transaction started (NULL where PostgreSQL does
+// not say: slots, walsenders, and other roles' sessions without
+// pg_read_all_stats) and in transactions. It leaves out the reading backend
+// and autovacuum workers (relay/sql.go's horizonHolding, with names).
+const queryHorizonHolders = `
+SELECT holder, pid, name, usename, application_name, state, age_seconds, age_xids
+  FROM (
+    SELECT CASE WHEN a.datid IS NULL OR a.backend_type = 'walsender' THEN 'replication' ELSE 'session' END AS holder,
+           a.pid, NULL::text AS name, a.usename::text AS usename, a.application_name, a.state,
+           extract(epoch FROM now() - a.xact_start)::float8 AS age_seconds,
+           greatest(age(a.backend_xmin), age(a.backend_xid))::bigint AS age_xids
+      FROM pg_catalog.pg_stat_activity AS a
+     WHERE (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
+       AND a.pid <> pg_catalog.pg_backend_pid()
+       AND (a.datid IS NULL OR a.datid = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database()))
+       AND a.backend_type IS DISTINCT FROM 'autovacuum worker'
+     UNION ALL
+    SELECT 'prepared', NULL, p.gid, p.owner::text, NULL, NULL,
+           extract(epoch FROM now() - p.prepared)::float8, age(p.transaction)::bigint
+      FROM pg_catalog.pg_prepared_xacts AS p
+     WHERE p.database = current_database()
+     UNION ALL
+    SELECT 'replication', s.active_pid, s.slot_name::text, NULL, NULL, NULL, NULL, age(s.xmin)::bigint
+      FROM pg_catalog.pg_replication_slots AS s
+     WHERE s.xmin IS NOT NULL) AS h
+ ORDER BY age_xids DESC, age_seconds DESC NULLS LAST
+ LIMIT $1`
+
+// queryReadAllStats reads whether the reader sees when every session's
+// transaction started (it has the privileges of pg_read_all_stats).
+const queryReadAllStats = `SELECT pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')`
+
 // queryArchiveCountExact counts the archive and the delivered keys exactly:
 // two full scans, for StatusOptions.ExactCounts.
 const queryArchiveCountExact = `

@@ -17,6 +17,10 @@ const (
 	BlockedKeysDefault = 10
 )
 
+// horizonHoldersListed is how many holders of the xmin horizon Status
+// lists.
+const horizonHoldersListed = 5
+
 // deliveredMinutes is how many minutes DeliveredPerMinute covers.
 const deliveredMinutes = 5
 
@@ -77,6 +81,56 @@ type StatusReport struct {
 	// Tables holds the size and vacuum statistics of messages, archive,
 	// delivered_keys and dead_letters, in that order.
 	Tables []TableStatus `json:"tables"`
+	// Horizon says what holds back vacuum in the database.
+	Horizon HorizonStatus `json:"horizon"`
+}
+
+// HorizonStatus lists the oldest holders of the database's xmin horizon:
+// the transactions (and replication slots) whose snapshot keeps VACUUM from
+// removing the dead rows every delivery leaves in messages, which pile up
+// on the claims' path while the oldest lasts.
+type HorizonStatus struct {
+	// Holders are the oldest few, oldest xmin first.
+	Holders []HorizonHolder `json:"holders"`
+	// SeesAllSessions is false when the reading role lacks
+	// pg_read_all_stats: PostgreSQL then hides when other roles'
+	// transactions started, their state and their backend type.
+	SeesAllSessions bool `json:"sees_all_sessions"`
+}
+
+// HorizonHolder is a transaction or a replication slot holding the xmin
+// horizon.
+type HorizonHolder struct {
+	// Holder is session, prepared (a prepared transaction) or replication
+	// (a replication slot's xmin, a standby's hot_standby_feedback).
+	Holder string `json:"holder"`
+	// PID is the backend's (a slot's active walsender's); nil for a
+	// prepared transaction.
+	PID *int32 `json:"pid,omitempty"`
+	// Name is a prepared transaction's gid or a slot's name.
+	Name            string `json:"name,omitempty"`
+	User            string `json:"user,omitempty"`
+	ApplicationName string `json:"application_name,omitempty"`
+	State           string `json:"state,omitempty"`
+	// AgeSeconds is the time since its transaction started (since its
+	// PREPARE for a prepared one); nil where PostgreSQL does not say (a
+	// slot, or another role's session without pg_read_all_stats).
+	AgeSeconds *float64 `json:"age_seconds,omitempty"`
+	// AgeTransactions is the age of its xmin or transaction id.
+	AgeTransactions int64 `json:"age_transactions"`
+}
+
+// Oldest returns the holder whose transaction started longest ago among
+// those whose start is known, or nil.
+func (h *HorizonStatus) Oldest() *HorizonHolder {
+	var oldest *HorizonHolder
+	for i := range h.Holders {
+		x := &h.Holders[i]
+		if x.AgeSeconds != nil && (oldest == nil || *x.AgeSeconds > *oldest.AgeSeconds) {
+			oldest = x
+		}
+	}
+	return oldest
 }
 
 // DestinationStatus counts the rows of one destination in the hot table.
@@ -230,6 +284,13 @@ func (s *StatusReport) Total() DestinationStatus {
 	return t
 }
 
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 func earliest(a, b *time.Time) *time.Time {
 	if a == nil || (b != nil && b.Before(*a)) {
 		return b
@@ -253,7 +314,8 @@ func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, 
 	}
 	st := &StatusReport{Destinations: []DestinationStatus{}, Leases: []LeaseStatus{}, Tables: []TableStatus{},
 		Relays: []RelayStatus{}, BlockedKeys: []BlockedKey{}, Buckets: []BucketOwner{}, BackoffByError: []BackoffGroup{}, DeliveredPerMinute: []MinuteCount{},
-		DeadLetters: DeadLetterStatus{ByReason: []CountSince{}, TopErrors: []CountSince{}}}
+		DeadLetters: DeadLetterStatus{ByReason: []CountSince{}, TopErrors: []CountSince{}},
+		Horizon:     HorizonStatus{Holders: []HorizonHolder{}}}
 	err := inTx(ctx, a.db, readOnly, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&st.At); err != nil {
 			return fmt.Errorf("read status: %w", err)
@@ -367,6 +429,24 @@ func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, 
 				}
 				t.Rows = t.LiveTuples
 				st.Tables = append(st.Tables, t)
+			}
+			return rows.Err()
+		})
+		b.Queue(queryReadAllStats).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&st.Horizon.SeesAllSessions)
+		})
+		b.Queue(queryHorizonHolders, horizonHoldersListed).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var h HorizonHolder
+				var name, user, app, state *string
+				if err := rows.Scan(&h.Holder, &h.PID, &name, &user, &app, &state, &h.AgeSeconds, &h.AgeTransactions); err != nil {
+					return fmt.Errorf("read the xmin horizon: %w", err)
+				}
+				h.Name, h.User, h.ApplicationName, h.State = deref(name), deref(user), deref(app), deref(state)
+				if h.AgeSeconds != nil {
+					*h.AgeSeconds = max(*h.AgeSeconds, 0)
+				}
+				st.Horizon.Holders = append(st.Horizon.Holders, h)
 			}
 			return rows.Err()
 		})

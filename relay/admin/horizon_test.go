@@ -1,0 +1,85 @@
+package admin_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/relay/admin"
+)
+
+// Status names the transactions holding back vacuum, oldest xmin first,
+// with what an operator needs to end them: a REPEATABLE READ session left
+// idle in its transaction is listed with its pid, application, state and
+// age. The test has a database of its own, so that other tests' sessions
+// do not come first.
+func TestStatus_NamesWhoHoldsTheHorizon(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.NewDatabase(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := migrations.Apply(ctx, conn, "outbox"); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	a, err := admin.New(pool, "outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	st, err := a.Status(ctx, admin.StatusOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Horizon.SeesAllSessions || st.Horizon.Oldest() != nil && *st.Horizon.Oldest().AgeSeconds > 1 {
+		t.Errorf("before any snapshot is held: horizon %+v", st.Horizon)
+	}
+
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = "nightly-report"
+	holder, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	begun := time.Now()
+	if _, err := holder.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, "SELECT count(*) FROM outbox.messages"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the age the test measures
+
+	st, err = a.Status(ctx, admin.StatusOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldest := st.Horizon.Oldest()
+	if oldest == nil || oldest.PID == nil || *oldest.PID != int32(holder.PgConn().PID()) {
+		t.Fatalf("the oldest holder is %+v, want the session of pid %d; holders %+v", oldest, holder.PgConn().PID(), st.Horizon.Holders)
+	}
+	if oldest.Holder != "session" || oldest.ApplicationName != "nightly-report" || oldest.State != "idle in transaction" ||
+		*oldest.AgeSeconds < time.Since(begun).Seconds()-0.5 || oldest.User == "" {
+		t.Errorf("oldest holder %+v (age %.2fs), want the session nightly-report, idle in transaction, held %s", oldest, *oldest.AgeSeconds, time.Since(begun))
+	}
+	if st.Horizon.Holders[0].PID == nil || *st.Horizon.Holders[0].PID != *oldest.PID {
+		t.Errorf("holders %+v: the oldest xmin comes first", st.Horizon.Holders)
+	}
+}
