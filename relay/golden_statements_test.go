@@ -63,6 +63,8 @@ func goldenStatements() map[string]map[string]string {
 			"gauge_backlog":          q.backlog,
 			"gauge_table_health":     q.tableHealth,
 			"autovacuum":             q.autovacuum,
+			"floor":                  q.floor,
+			"claim_stats":            q.claimStats,
 		},
 	}
 }

@@ -60,6 +60,10 @@ type Relay struct {
 	// failures gathers each sink's failed deliveries for the log
 	// (failureLogs.loop).
 	failures *failureLogs
+	// floor is where claims start on the due index (floor.go), and
+	// claimSampler says which claims are measured (claimsample.go).
+	floor        *claimFloor
+	claimSampler claimSampler
 }
 
 // New returns a relay over pool, which must reach a database migrated by
@@ -81,6 +85,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		settleCh: make(chan []outcome, 64),
 		notified: newBroadcast(),
 		failures: newFailureLogs(log, cfg.Sinks),
+		floor:    &claimFloor{seen: map[uint64]time.Time{}},
 	}
 	r.mode = newMode(r)
 	r.settleSQL = r.mode.settleStatements()

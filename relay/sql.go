@@ -128,6 +128,7 @@ WITH due AS MATERIALIZED (
     SELECT id, leased_by, available_at, octet_length(payload) AS size
       FROM {schema}.messages AS c
      WHERE available_at <= now()
+       AND available_at >= @floor::timestamptz
        AND ` + leaseOver + `
        AND coalesce(destination, @default_sink) <> ALL (@closed_sinks::text[]){only}
      ORDER BY available_at, id
@@ -259,6 +260,27 @@ DELETE FROM {schema}.delivered_keys
 
 // queryMessagesBacklog counts the due rows per sink (@default_sink names
 // the default sink), up to @cap rows.
+// queryFloor reads what a refresh of the claim floor needs (floor.go), in
+// one statement and so one snapshot: the transaction's start time, the
+// snapshot, and the oldest row at or above @start (-infinity: the oldest
+// row), through messages_due_idx.
+const queryFloor = `
+SELECT now(), pg_current_snapshot()::text,
+       (SELECT available_at FROM {schema}.messages
+         WHERE available_at >= @start::timestamptz
+         ORDER BY available_at
+         LIMIT 1)`
+
+// queryClaimStats reads the current transaction's statistics of the hot
+// table and its indexes: the index entries its scans read, dead ones
+// included, and the buffers they touched (claimsample.go).
+const queryClaimStats = `
+SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(i.indexrelid)), 0)::bigint,
+       (pg_stat_get_xact_blocks_fetched('{schema}.messages'::regclass)
+        + coalesce(sum(pg_stat_get_xact_blocks_fetched(i.indexrelid)), 0))::bigint
+  FROM pg_index AS i
+ WHERE i.indrelid = '{schema}.messages'::regclass`
+
 const queryMessagesBacklog = `
 SELECT coalesce(destination, @default_sink), count(*)
   FROM (SELECT destination FROM {schema}.messages
@@ -365,6 +387,7 @@ type queries struct {
 	relaysHeartbeat, relaysRestart, relaysLeave, relaysForget string
 	deleteExpiredArchive, deleteExpiredKeys                   string
 	backlog, tableHealth, autovacuum                          string
+	floor, claimStats                                         string
 }
 
 // renderQueries renders the statements every mode runs for schema.
@@ -385,6 +408,8 @@ func renderQueries(schema string) queries {
 		backlog:              f(queryMessagesBacklog),
 		tableHealth:          f(queryTableHealth),
 		autovacuum:           f(queryAutovacuum),
+		floor:                f(queryFloor),
+		claimStats:           f(queryClaimStats),
 	}
 }
 
