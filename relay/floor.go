@@ -22,36 +22,42 @@ import (
 //
 // The floor never skips a row, because of one rule that the insert guard
 // and the update guard keep (migration 9): a row version's available_at is
-// never earlier than the time its writing transaction had an id, unless the
-// version before it was already that early (the relay's claims and settles
-// never move a row earlier). A refresh (queryFloor) reads, in one
-// statement, the transaction's start time t (now(), no later than its
-// snapshot), the snapshot (pg_current_snapshot()) and the oldest row it can
-// see at or above the current floor. Then:
+// never earlier than the time its writing transaction had its id, unless
+// the version before it was already that early (the relay's claims and
+// settles never move a row earlier). A refresh (queryFloor) reads, in one
+// statement: its transaction's start time (now(), before its snapshot),
+// its snapshot (pg_current_snapshot()), an id of its own
+// (pg_current_xact_id(), taken after the snapshot: a mark that every later
+// transaction's id exceeds) and the oldest row it sees at or above the
+// current floor. A snapshot lists the transactions in progress below its
+// xmax, and xmax is only past the last one to end, so a transaction in
+// progress may be missing from the list; but once refresh k-1's own
+// transaction has ended, refresh k's snapshot lists every transaction in
+// progress below refresh k-1's mark. So, at refresh k:
 //
-//   - a row it cannot see is written by a transaction in its snapshot's
-//     in-progress list, or by one that had its id after the snapshot, at t
-//     or later;
-//   - a transaction first seen in progress had its id after the previous
-//     refresh's start time, or, at the first refresh, at any time;
-//   - so the new floor is the oldest of: the oldest visible row, t, the
-//     first-seen time of each young transaction still in progress, and
-//     the first-seen time of each transaction that committed since the
-//     previous refresh while the floor was above it.
+//   - a transaction in progress with an id above mark k-1 had it after
+//     refresh k-1 began: its rows are due no earlier than that start;
+//   - one first listed now had its id after the start of the latest
+//     refresh whose mark is below it (any time if there is none);
+//   - the new floor is the oldest of: the oldest visible row, refresh
+//     k-1's start, the times of the young transactions in progress, and
+//     the times of the transactions that ended since refresh k-1 while the
+//     floor was above them.
 //
 // A transaction in progress for longer than floorPatience no longer holds
 // the floor back (a BEGIN left open in psql would hold it for hours, and
-// the floor would not help): when it ends, the floor goes back to when it
-// was first seen, once, and the next refresh walks up from there. Its rows
-// wait at most a refresh longer. Rows written without the guards (a session
-// with session_replication_role = replica skips triggers) may break the
-// rule: every floorRescanEvery a refresh starts at the oldest row, so such
-// a row waits that long at most.
+// the floor would not help): when it ends, the floor goes back to its time,
+// once, and the next refresh walks up from there. Its rows wait at most a
+// refresh longer. Rows written without the guards (a session with
+// session_replication_role = replica skips triggers) may break the rule:
+// every floorRescanEvery a refresh starts at the oldest row, so such a row
+// waits that long at most.
 //
 // Refreshes run at most every floorEvery while claims find rows, and at
 // most every floorIdleEvery otherwise (an idle relay costs one statement a
 // second more); a claim uses the floor as it is, as any floor the relay
-// computed stays safe, only less useful, while it ages.
+// computed stays safe, only less useful, while it ages. Each refresh takes
+// a transaction id, which a claim does as well.
 
 const (
 	floorEvery       = 100 * time.Millisecond
@@ -71,10 +77,10 @@ type claimFloor struct {
 	at    time.Time
 	known bool
 	// refreshed is when the last refresh ran, rescanned when the last one
-	// started at the oldest row, and prevStart the start time of the last
-	// refresh's transaction.
+	// started at the oldest row, and marks the last two refreshes' start
+	// times and marks, the latest last.
 	refreshed, rescanned time.Time
-	prevStart            time.Time
+	marks                []floorMark
 	// seen holds the transactions in progress at the last refresh, with
 	// the earliest time each one may have had its id (the zero time when
 	// it was in progress at the first refresh: any time).
@@ -84,12 +90,33 @@ type claimFloor struct {
 }
 
 // floorRead is what one refresh reads: the start time of its transaction,
-// its snapshot, and the oldest row it sees at or above the floor it
-// started from (none: an empty table above it).
+// its snapshot, its mark (an id it took after the snapshot), and the
+// oldest row it sees at or above the floor it started from (none: an empty
+// table above it).
 type floorRead struct {
 	start    time.Time
 	snapshot pgSnapshot
+	mark     uint64
 	oldest   *time.Time
+}
+
+// floorMark is a refresh's start time and mark: a transaction whose id is
+// above the mark had it after that time.
+type floorMark struct {
+	start time.Time
+	mark  uint64
+}
+
+// idSince returns the earliest time transaction x may have had its id: the
+// start of the latest refresh whose mark is below x, or the zero time (any
+// time) when no refresh's is.
+func (f *claimFloor) idSince(x uint64) time.Time {
+	for i := len(f.marks) - 1; i >= 0; i-- {
+		if f.marks[i].mark < x {
+			return f.marks[i].start
+		}
+	}
+	return time.Time{}
 }
 
 // pgSnapshot is a pg_snapshot: transactions below xmin have ended, those
@@ -169,17 +196,19 @@ func (f *claimFloor) due(now time.Time) (refresh bool, from time.Time, ok bool) 
 func (f *claimFloor) advance(now, from time.Time, fromKnown bool, rd floorRead) time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	floor := rd.start
-	lower := func(t time.Time, ok bool) {
-		if !ok {
-			t = time.Time{} // any time: the oldest row
-		}
+	// Transactions with ids above the last refresh's mark had them after
+	// it began; at the first refresh, any time.
+	floor := time.Time{}
+	if len(f.marks) > 0 {
+		floor = f.marks[len(f.marks)-1].start
+	}
+	lower := func(t time.Time) {
 		if t.Before(floor) {
 			floor = t
 		}
 	}
 	if rd.oldest != nil {
-		lower(*rd.oldest, true)
+		lower(*rd.oldest)
 	}
 	inProgress := make(map[uint64]bool, len(rd.snapshot.xip))
 	for _, x := range rd.snapshot.xip {
@@ -187,32 +216,33 @@ func (f *claimFloor) advance(now, from time.Time, fromKnown bool, rd floorRead) 
 	}
 	// Transactions in progress at the last refresh that have ended: their
 	// rows are visible now, and lie below the floor the refresh started
-	// from when they were first seen before it (an old transaction no
-	// longer held it back).
-	for x, seenAt := range f.seen {
+	// from when their time is before it (an old transaction no longer
+	// held it back).
+	for x, since := range f.seen {
 		if !inProgress[x] {
-			if fromKnown && seenAt.Before(from) {
-				lower(seenAt, !seenAt.IsZero())
+			if fromKnown && since.Before(from) {
+				lower(since)
 			}
 			delete(f.seen, x)
 		}
 	}
-	// Transactions in progress now: those first seen now had their ids
-	// after the last refresh began (after prevStart), or at any time at
-	// the first refresh. Young ones hold the floor back; an old one (any
-	// time is old) sends it back when it ends.
+	// Transactions in progress now, listed: young ones hold the floor
+	// back; an old one (any time is old) sends it back when it ends.
 	for x := range inProgress {
-		seenAt, ok := f.seen[x]
+		since, ok := f.seen[x]
 		if !ok {
-			seenAt = f.prevStart // zero at the first refresh: any time
-			f.seen[x] = seenAt
+			since = f.idSince(x)
+			f.seen[x] = since
 		}
-		if rd.start.Sub(seenAt) < floorPatience {
-			lower(seenAt, true)
+		if rd.start.Sub(since) < floorPatience {
+			lower(since)
 		}
 	}
 	f.at, f.known = floor, true
-	f.prevStart = rd.start
+	f.marks = append(f.marks, floorMark{start: rd.start, mark: rd.mark})
+	if len(f.marks) > 2 {
+		f.marks = f.marks[len(f.marks)-2:]
+	}
 	f.refreshed, f.busy = now, false
 	if !fromKnown {
 		f.rescanned = now
@@ -238,15 +268,18 @@ func (r *Relay) refreshFloor(ctx context.Context) error {
 		start = pgtype.Timestamptz{Time: from, Valid: true}
 	}
 	var rd floorRead
-	var snap string
+	var snap, mark string
 	var oldest pgtype.Timestamptz
 	err := r.pool.QueryRow(ctx, r.q.floor, planPerExecution, pgx.StrictNamedArgs{"start": start}).
-		Scan(&rd.start, &snap, &oldest)
+		Scan(&rd.start, &snap, &mark, &oldest)
 	if err != nil {
 		return fmt.Errorf("refresh claim floor: %w", err)
 	}
 	if rd.snapshot, err = parseSnapshot(snap); err != nil {
 		return fmt.Errorf("refresh claim floor: %w", err)
+	}
+	if rd.mark, err = strconv.ParseUint(mark, 10, 64); err != nil {
+		return fmt.Errorf("refresh claim floor: mark %q: %w", mark, err)
 	}
 	if oldest.Valid && oldest.InfinityModifier == pgtype.Finite {
 		rd.oldest = &oldest.Time

@@ -36,35 +36,40 @@ func TestClaimFloor_Advance(t *testing.T) {
 	}
 	snap := func(xip ...uint64) pgSnapshot { return pgSnapshot{xmin: 1, xmax: 1000, xip: xip} }
 
-	// The first refresh cannot know when transaction 10 had its id: it
-	// counts as old, and sends the floor back to the oldest row when it
-	// ends.
-	step("first, one in progress", false, floorRead{start: at(0), snapshot: snap(10)}, at(0))
-	// 10 ended: its rows are visible, and the oldest visible row is the
-	// floor; 20 is new, so it had its id after the first refresh began.
-	step("10 ended, 20 young", false, floorRead{start: at(100), snapshot: snap(20), oldest: ptr(at(50))}, at(0))
-	step("20 still young", true, floorRead{start: at(200), snapshot: snap(20), oldest: ptr(at(150))}, at(0))
-	// Nothing in progress: the oldest visible row.
-	step("20 ended", true, floorRead{start: at(300), snapshot: snap(), oldest: ptr(at(250))}, at(250))
-	// Nothing visible and nothing in progress: the refresh's start.
-	step("empty", true, floorRead{start: at(400), snapshot: snap()}, at(400))
-	// 30 is first seen now: it had its id after the last refresh began.
-	step("30 young", true, floorRead{start: at(500), snapshot: snap(30)}, at(400))
-	// Past floorPatience, 30 no longer holds the floor back...
-	step("30 old", true, floorRead{start: at(500 + int(floorPatience/time.Millisecond)), snapshot: snap(30)},
-		at(500+int(floorPatience/time.Millisecond)))
-	step("30 older", true, floorRead{start: at(5000), snapshot: snap(30)}, at(5000))
-	// ...and when it ends the floor goes back to when it was first seen,
-	// whatever the oldest row above the floor.
-	step("30 ended", true, floorRead{start: at(6000), snapshot: snap(), oldest: ptr(at(5500))}, at(400))
-	// A row below the refresh's start that is due later holds nothing.
-	step("scheduled row", true, floorRead{start: at(7000), snapshot: snap(), oldest: ptr(at(90000))}, at(7000))
-	// A transaction in progress since the first refresh may have rows
-	// anywhere: when it ends, the floor goes back to the oldest row.
+	// The first refresh cannot know when anything in progress had its id,
+	// listed (10) or not: any time.
+	step("first", false, floorRead{start: at(0), snapshot: snap(10), mark: 100}, time.Time{})
+	// Transactions above mark 100 had their ids after the first refresh
+	// began (at 0): 110 is young. 10 ended: the refresh started from the
+	// oldest row, which covers its rows.
+	step("second", false, floorRead{start: at(100), snapshot: snap(110), mark: 200, oldest: ptr(at(50))}, at(0))
+	step("110 still young", true, floorRead{start: at(200), snapshot: snap(110), mark: 300, oldest: ptr(at(150))}, at(0))
+	// Nothing listed: the oldest visible row, unless the last refresh's
+	// start is older (an unlisted transaction above its mark).
+	step("110 ended", true, floorRead{start: at(300), snapshot: snap(), mark: 400, oldest: ptr(at(250))}, at(200))
+	step("empty", true, floorRead{start: at(400), snapshot: snap(), mark: 500}, at(300))
+	// 450 is listed first now, above mark 400 (refresh at 300) and below
+	// mark 500: it had its id after 300.
+	step("450 young", true, floorRead{start: at(500), snapshot: snap(450), mark: 600}, at(300))
+	// Past floorPatience, 450 no longer holds the floor back...
+	p := int(floorPatience / time.Millisecond)
+	step("450 old", true, floorRead{start: at(500 + p), snapshot: snap(450), mark: 700}, at(500))
+	step("450 older", true, floorRead{start: at(5000), snapshot: snap(450), mark: 800}, at(500+p))
+	// ...and when it ends the floor goes back to its time, whatever the
+	// oldest row above the floor.
+	step("450 ended", true, floorRead{start: at(6000), snapshot: snap(), mark: 900, oldest: ptr(at(5500))}, at(300))
+	// A row due later holds nothing.
+	step("scheduled row", true, floorRead{start: at(7000), snapshot: snap(), mark: 950, oldest: ptr(at(90000))}, at(6000))
+
+	// A transaction in progress since before the first refresh may have
+	// rows anywhere: when it ends, the floor goes back to the oldest row.
 	g := &claimFloor{seen: map[uint64]time.Time{}}
-	g.advance(at(0), time.Time{}, false, floorRead{start: at(0), snapshot: snap(7)})
-	g.advance(at(100), g.at, true, floorRead{start: at(100), snapshot: snap(7)})
-	if got := g.advance(at(9000), g.at, true, floorRead{start: at(9000), snapshot: snap()}); !got.IsZero() {
+	g.advance(at(0), time.Time{}, false, floorRead{start: at(0), snapshot: snap(7), mark: 20})
+	g.advance(at(100), g.at, false, floorRead{start: at(100), snapshot: snap(7), mark: 30})
+	if got := g.advance(at(2000), g.at, true, floorRead{start: at(2000), snapshot: snap(7), mark: 40}); !got.Equal(at(100)) {
+		t.Errorf("an old transaction in progress: floor = %v, want the last refresh's start", got)
+	}
+	if got := g.advance(at(9000), g.at, true, floorRead{start: at(9000), snapshot: snap(), mark: 50}); !got.IsZero() {
 		t.Errorf("a transaction older than the first refresh ended: floor = %v, want any time", got)
 	}
 	if c := g.current(); c.InfinityModifier >= 0 {
@@ -82,15 +87,16 @@ func TestClaimFloor_Due(t *testing.T) {
 	if refresh, _, known := f.due(t0); !refresh || known {
 		t.Fatalf("first due = %v, %v; want a refresh from the oldest row", refresh, known)
 	}
-	f.advance(t0, time.Time{}, false, floorRead{start: t0, snapshot: pgSnapshot{xmin: 1, xmax: 1}})
+	f.advance(t0.Add(-floorIdleEvery), time.Time{}, false, floorRead{start: t0.Add(-floorIdleEvery), snapshot: pgSnapshot{xmin: 1, xmax: 1}, mark: 1})
+	f.advance(t0, f.at, true, floorRead{start: t0, snapshot: pgSnapshot{xmin: 1, xmax: 1}, mark: 2})
 	if refresh, _, _ := f.due(t0.Add(floorEvery)); refresh {
 		t.Error("idle: refreshed after floorEvery, want floorIdleEvery")
 	}
 	f.found()
-	if refresh, from, known := f.due(t0.Add(floorEvery)); !refresh || !known || !from.Equal(t0) {
+	if refresh, from, known := f.due(t0.Add(floorEvery)); !refresh || !known || !from.Equal(t0.Add(-floorIdleEvery)) {
 		t.Errorf("busy: due = %v, %v, %v; want a refresh from the floor", refresh, from, known)
 	}
-	if refresh, _, known := f.due(t0.Add(floorRescanEvery)); !refresh || known {
+	if refresh, _, known := f.due(t0.Add(-floorIdleEvery).Add(floorRescanEvery)); !refresh || known {
 		t.Errorf("after floorRescanEvery: due = %v, %v; want a rescan from the oldest row", refresh, known)
 	}
 }

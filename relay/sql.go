@@ -253,19 +253,13 @@ const queryDeliveredKeysDeleteExpired = `
 DELETE FROM {schema}.delivered_keys
  WHERE ctid = ANY (ARRAY(SELECT ctid FROM {schema}.delivered_keys WHERE delivered_at < @cutoff LIMIT @chunk))`
 
-// The gauges' queries run every StatsInterval, however large the backlog:
-// counts stop at gaugeCountCap rows (@cap: a gauge reading the cap means
-// "at least that many"), and the oldest due row is the first the due index
-// yields.
-
-// queryMessagesBacklog counts the due rows per sink (@default_sink names
-// the default sink), up to @cap rows.
 // queryFloor reads what a refresh of the claim floor needs (floor.go), in
 // one statement and so one snapshot: the transaction's start time, the
-// snapshot, and the oldest row at or above @start (-infinity: the oldest
-// row), through messages_due_idx.
+// snapshot, a transaction id taken after it (the refresh's mark), and the
+// oldest row at or above @start (-infinity: the oldest row), through
+// messages_due_idx.
 const queryFloor = `
-SELECT now(), pg_current_snapshot()::text,
+SELECT now(), pg_current_snapshot()::text, pg_current_xact_id()::text,
        (SELECT available_at FROM {schema}.messages
          WHERE available_at >= @start::timestamptz
          ORDER BY available_at
@@ -281,6 +275,13 @@ SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(i.indexrelid)), 0)::bigint,
   FROM pg_index AS i
  WHERE i.indrelid = '{schema}.messages'::regclass`
 
+// The gauges' queries run every StatsInterval, however large the backlog:
+// counts stop at gaugeCountCap rows (@cap: a gauge reading the cap means
+// "at least that many"), and the oldest due row is the first the due index
+// yields.
+
+// queryMessagesBacklog counts the due rows per sink (@default_sink names
+// the default sink), up to @cap rows.
 const queryMessagesBacklog = `
 SELECT coalesce(destination, @default_sink), count(*)
   FROM (SELECT destination FROM {schema}.messages
