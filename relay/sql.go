@@ -278,14 +278,15 @@ SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(i.indexrelid)), 0)::bigint,
 // The gauges' queries run every StatsInterval, however large the backlog:
 // counts stop at gaugeCountCap rows (@cap: a gauge reading the cap means
 // "at least that many"), and the oldest due row is the first the due index
-// yields.
+// yields; both walk the due index from the claim floor (floor.go).
 
 // queryMessagesBacklog counts the due rows per sink (@default_sink names
 // the default sink), up to @cap rows.
 const queryMessagesBacklog = `
 SELECT coalesce(destination, @default_sink), count(*)
   FROM (SELECT destination FROM {schema}.messages
-         WHERE available_at <= now() AND ` + leaseOver + `
+         WHERE available_at <= now() AND available_at >= @floor::timestamptz
+           AND ` + leaseOver + `
          LIMIT @cap) AS due
  GROUP BY 1`
 
@@ -302,7 +303,8 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM {schema}.messages
                                LIMIT @cap) AS b),
        coalesce(extract(epoch FROM now() - (
            SELECT min(available_at) FROM {schema}.messages
-            WHERE available_at <= now() AND ` + leaseOver + `)), 0)::float8,
+            WHERE available_at <= now() AND available_at >= @floor::timestamptz
+              AND ` + leaseOver + `)), 0)::float8,
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.dead_letters LIMIT @cap) AS d),
        coalesce((SELECT n_dead_tup FROM pg_catalog.pg_stat_user_tables
                   WHERE schemaname = @schema_name AND relname = 'messages'), 0),
