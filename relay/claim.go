@@ -116,7 +116,11 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 		// begins, so that a hung database cannot hold the shutdown.
 		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/4)
 		cutOff := context.AfterFunc(ctx, func() { time.AfterFunc(claimShutdownGrace, cancel) })
-		batch, err := c.claim(claimCtx, claimRequest{limit: limit, bytes: bytes, oversized: oversized, closed: closed})
+		err := r.refreshFloor(claimCtx)
+		var batch []claimed
+		if err == nil {
+			batch, err = c.claim(claimCtx, claimRequest{limit: limit, bytes: bytes, oversized: oversized, closed: closed})
+		}
 		cutOff()
 		cancel()
 		used := map[string]int{}
@@ -157,6 +161,7 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 		health.succeeded()
 		if len(batch) > 0 {
 			lastRows = time.Now()
+			r.floor.found()
 		}
 		switch {
 		case len(batch) == limit:
@@ -221,6 +226,7 @@ func (r *Relay) claimArgs(req claimRequest) pgx.StrictNamedArgs {
 		"lease":        r.cfg.Lease,
 		"byte_budget":  req.bytes,
 		"oversized":    req.oversized,
+		"floor":        r.floor.current(),
 	}
 }
 
@@ -230,13 +236,19 @@ func (r *Relay) claimArgs(req claimRequest) pgx.StrictNamedArgs {
 // reported as what failed.
 func (r *Relay) claimRows(ctx context.Context, stmt string, args pgx.StrictNamedArgs, limit int, what string) ([]claimed, []heldKey, error) {
 	start := time.Now()
-	rows, err := r.pool.Query(ctx, stmt, planPerExecution, args)
+	var batch []claimed
+	var held []heldKey
+	var err error
+	if r.claimSampler.due(start) {
+		batch, held, err = r.claimMeasured(ctx, stmt, args, limit)
+	} else {
+		var rows pgx.Rows
+		if rows, err = r.pool.Query(ctx, stmt, planPerExecution, args); err == nil {
+			batch, held, err = r.readClaimed(rows, limit)
+		}
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", what, err)
-	}
-	batch, held, err := r.readClaimed(rows, limit)
-	if err != nil {
-		return nil, nil, err
 	}
 	r.observeClaim(start, batch)
 	return batch, held, nil

@@ -64,6 +64,8 @@ func goldenStatements() map[string]map[string]string {
 			"gauge_table_health":     q.tableHealth,
 			"autovacuum":             q.autovacuum,
 			"gauge_horizon":          q.horizonAge,
+			"floor":                  q.floor,
+			"claim_stats":            q.claimStats,
 		},
 	}
 }

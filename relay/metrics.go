@@ -10,18 +10,23 @@ import (
 // Register them with Register; a Relay updates them as it runs. Every field
 // is a collector: Register adds them all.
 type Metrics struct {
-	Messages        *prometheus.CounterVec
-	ClaimDuration   prometheus.Histogram
-	ClaimRows       prometheus.Histogram
-	ClaimErrors     prometheus.Counter
-	LeaseRescues    prometheus.Counter
-	LeaseLost       prometheus.Counter
-	InFlight        *prometheus.GaugeVec
-	DeliveryLatency *prometheus.HistogramVec
-	DeliverDuration *prometheus.HistogramVec
-	SettleDuration  prometheus.Histogram
-	SettleErrors    prometheus.Counter
-	SettleIsolated  prometheus.Counter
+	Messages      *prometheus.CounterVec
+	ClaimDuration prometheus.Histogram
+	ClaimRows     prometheus.Histogram
+	ClaimErrors   prometheus.Counter
+	// ClaimFloorLag, ClaimIndexEntries and ClaimBuffers show the claim's
+	// path through the hot table (floor.go, claimsample.go).
+	ClaimFloorLag     prometheus.Gauge
+	ClaimIndexEntries prometheus.Histogram
+	ClaimBuffers      prometheus.Histogram
+	LeaseRescues      prometheus.Counter
+	LeaseLost         prometheus.Counter
+	InFlight          *prometheus.GaugeVec
+	DeliveryLatency   *prometheus.HistogramVec
+	DeliverDuration   *prometheus.HistogramVec
+	SettleDuration    prometheus.Histogram
+	SettleErrors      prometheus.Counter
+	SettleIsolated    prometheus.Counter
 	// DeadLettersRenumbered counts rows dead-lettered under a new id.
 	DeadLettersRenumbered prometheus.Counter
 	SinkAvailable         *prometheus.GaugeVec
@@ -69,6 +74,20 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "claim_rows",
 			Help:    "Rows returned per claim.",
 			Buckets: []float64{0, 1, 10, 50, 100, 250, 500, 1000, 2500, 5000},
+		}),
+		ClaimFloorLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "claim_floor_lag_seconds",
+			Help: "How far below the time of its last refresh the claim floor lies: claims walk the due index from the floor, not from its oldest entry. Under a second while claims keep up; it grows while a due row waits unclaimed (its sink closed, its key held up, its lease running) or a young transaction is in progress.",
+		}),
+		ClaimIndexEntries: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Name: "claim_index_entries",
+			Help:    "Index entries of the hot table one claim read, dead ones included (pg_stat_get_xact_tuples_returned), measured on one claim every 10 seconds: what a claim walks through. Growing while the rows claimed stay few means dead entries pile up on the claim's path.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 12),
+		}),
+		ClaimBuffers: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Name: "claim_buffers",
+			Help:    "Buffers of the hot table and its indexes one claim touched (pg_stat_get_xact_blocks_fetched), measured on one claim every 10 seconds.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 12),
 		}),
 		ClaimErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Name: "claim_errors_total",

@@ -63,6 +63,7 @@ func (m *ordered) claimers() []claimer {
 func (m *ordered) claimHeads(ctx context.Context, req claimRequest) ([]claimed, error) {
 	args := m.r.claimArgs(req)
 	args["recheck"] = laneRecheck
+	delete(args, "floor") // lanes have their own due index
 	batch, empty, err := m.r.claimRows(ctx, m.claimLanes, args, req.limit, "claim heads of keys")
 	if err != nil {
 		return nil, err

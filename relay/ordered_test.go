@@ -148,11 +148,12 @@ func TestRelay_OrderedModeAFailingHeadHoldsUpOnlyItsKey(t *testing.T) {
 		return n == 1
 	})
 	// One write for the retry: the rows behind the head keep their
-	// available_at, and the lane waits for the head's retry.
+	// available_at (the insert's time: the guard moves a time before the
+	// insert up to it), and the lane waits for the head's retry.
 	var behindUntouched int
 	var laneAt, headAt time.Time
 	err := b.db.Pool.QueryRow(context.Background(), `
-SELECT (SELECT count(*) FROM `+b.db.Table("messages")+` WHERE key = 'k' AND attempts = 0 AND available_at < now() - interval '59 minutes'),
+SELECT (SELECT count(*) FROM `+b.db.Table("messages")+` WHERE key = 'k' AND attempts = 0 AND available_at < now()),
        (SELECT available_at FROM `+b.db.Table("lanes")+` WHERE key = 'k'),
        (SELECT available_at FROM `+b.db.Table("messages")+` WHERE key = 'k' AND attempts = 1)`).Scan(&behindUntouched, &laneAt, &headAt)
 	if err != nil {

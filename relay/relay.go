@@ -68,6 +68,10 @@ type Relay struct {
 	// horizonWarned is set once the relay has said that its role cannot
 	// time other roles' snapshots (refreshHorizon).
 	horizonWarned atomic.Bool
+	// floor is where claims start on the due index (floor.go), and
+	// claimSampler says which claims are measured (claimsample.go).
+	floor        *claimFloor
+	claimSampler claimSampler
 }
 
 // New returns a relay over pool, which must reach a database migrated by
@@ -89,6 +93,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		settleCh: make(chan []outcome, 64),
 		notified: newBroadcast(),
 		failures: newFailureLogs(log, cfg.Sinks),
+		floor:    &claimFloor{seen: map[uint64]time.Time{}},
 	}
 	if cfg.TracerProvider != nil {
 		r.tracer = cfg.TracerProvider.Tracer(tracerName, trace.WithInstrumentationVersion(cfg.Version))

@@ -128,6 +128,7 @@ WITH due AS MATERIALIZED (
     SELECT id, leased_by, available_at, octet_length(payload) AS size
       FROM {schema}.messages AS c
      WHERE available_at <= now()
+       AND available_at >= @floor::timestamptz
        AND ` + leaseOver + `
        AND coalesce(destination, @default_sink) <> ALL (@closed_sinks::text[]){only}
      ORDER BY available_at, id
@@ -252,17 +253,40 @@ const queryDeliveredKeysDeleteExpired = `
 DELETE FROM {schema}.delivered_keys
  WHERE ctid = ANY (ARRAY(SELECT ctid FROM {schema}.delivered_keys WHERE delivered_at < @cutoff LIMIT @chunk))`
 
+// queryFloor reads what a refresh of the claim floor needs (floor.go), in
+// one statement and so one snapshot: the transaction's start time, the
+// snapshot, a transaction id taken after it (the refresh's mark), and the
+// oldest row at or above @start (-infinity: the oldest row), through
+// messages_due_idx.
+const queryFloor = `
+SELECT now(), pg_current_snapshot()::text, pg_current_xact_id()::text,
+       (SELECT available_at FROM {schema}.messages
+         WHERE available_at >= @start::timestamptz
+         ORDER BY available_at
+         LIMIT 1)`
+
+// queryClaimStats reads the current transaction's statistics of the hot
+// table and its indexes: the index entries its scans read, dead ones
+// included, and the buffers they touched (claimsample.go).
+const queryClaimStats = `
+SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(i.indexrelid)), 0)::bigint,
+       (pg_stat_get_xact_blocks_fetched('{schema}.messages'::regclass)
+        + coalesce(sum(pg_stat_get_xact_blocks_fetched(i.indexrelid)), 0))::bigint
+  FROM pg_index AS i
+ WHERE i.indrelid = '{schema}.messages'::regclass`
+
 // The gauges' queries run every StatsInterval, however large the backlog:
 // counts stop at gaugeCountCap rows (@cap: a gauge reading the cap means
 // "at least that many"), and the oldest due row is the first the due index
-// yields.
+// yields; both walk the due index from the claim floor (floor.go).
 
 // queryMessagesBacklog counts the due rows per sink (@default_sink names
 // the default sink), up to @cap rows.
 const queryMessagesBacklog = `
 SELECT coalesce(destination, @default_sink), count(*)
   FROM (SELECT destination FROM {schema}.messages
-         WHERE available_at <= now() AND ` + leaseOver + `
+         WHERE available_at <= now() AND available_at >= @floor::timestamptz
+           AND ` + leaseOver + `
          LIMIT @cap) AS due
  GROUP BY 1`
 
@@ -279,7 +303,8 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM {schema}.messages
                                LIMIT @cap) AS b),
        coalesce(extract(epoch FROM now() - (
            SELECT min(available_at) FROM {schema}.messages
-            WHERE available_at <= now() AND ` + leaseOver + `)), 0)::float8,
+            WHERE available_at <= now() AND available_at >= @floor::timestamptz
+              AND ` + leaseOver + `)), 0)::float8,
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.dead_letters LIMIT @cap) AS d),
        coalesce((SELECT n_dead_tup FROM pg_catalog.pg_stat_user_tables
                   WHERE schemaname = @schema_name AND relname = 'messages'), 0),
@@ -428,6 +453,7 @@ type queries struct {
 	relaysHeartbeat, relaysRestart, relaysLeave, relaysForget string
 	deleteExpiredArchive, deleteExpiredKeys                   string
 	backlog, tableHealth, autovacuum, horizonAge              string
+	floor, claimStats                                         string
 }
 
 // renderQueries renders the statements every mode runs for schema.
@@ -449,6 +475,8 @@ func renderQueries(schema string) queries {
 		tableHealth:          f(queryTableHealth),
 		autovacuum:           f(queryAutovacuum),
 		horizonAge:           f(queryHorizonAge),
+		floor:                f(queryFloor),
+		claimStats:           f(queryClaimStats),
 	}
 }
 

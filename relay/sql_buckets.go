@@ -82,6 +82,7 @@ const bucketWalk = `
              FROM {schema}.messages AS m
             WHERE {schema}.messages_bucket(m.key, m.id) = o.bucket
               AND m.available_at <= now()
+              AND m.available_at >= @floor::timestamptz
               AND ` + leaseOver + `
               AND coalesce(m.destination, @default_sink) <> ALL (@closed_sinks::text[]){held_out}
             ORDER BY m.available_at, m.id

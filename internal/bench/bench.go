@@ -462,12 +462,17 @@ func headers(seq int64) map[string]string {
 }
 
 // preload writes N rows with COPY in one statement; with o.Burst, every
-// one due at the same time, a second ago by the database's clock.
+// one due at the same time, and returns once they are due. That time lies
+// ahead of the copy's end (the insert guard makes a row due no earlier than
+// its insert, migration 9), as a batch of events scheduled for one time is.
 func preload(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 	columns := []string{"topic", "payload", "headers", "key", "idempotency_key"}
 	var due time.Time
+	var wait time.Duration
 	if o.Burst {
-		if err := pool.QueryRow(ctx, "SELECT now() - interval '1 second'").Scan(&due); err != nil {
+		// Generous: COPY writes about 50k rows a second here.
+		wait = time.Second + time.Duration(o.N)*40*time.Microsecond
+		if err := pool.QueryRow(ctx, "SELECT now() + $1::interval", wait).Scan(&due); err != nil {
 			return err
 		}
 		columns = append(columns, "available_at")
@@ -500,6 +505,17 @@ func preload(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 	}
 	if n != int64(o.N) {
 		return fmt.Errorf("copied %d rows, want %d", n, o.N)
+	}
+	if o.Burst {
+		var left time.Duration
+		if err := pool.QueryRow(ctx, "SELECT greatest($1 - clock_timestamp(), '0')", due).Scan(&left); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(left + 10*time.Millisecond):
+		}
 	}
 	return nil
 }

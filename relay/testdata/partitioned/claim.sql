@@ -11,6 +11,7 @@ WITH owned AS MATERIALIZED (
              FROM "outbox".messages AS m
             WHERE "outbox".messages_bucket(m.key, m.id) = o.bucket
               AND m.available_at <= now()
+              AND m.available_at >= @floor::timestamptz
               AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
               AND coalesce(m.destination, @default_sink) <> ALL (@closed_sinks::text[])
             ORDER BY m.available_at, m.id

@@ -2,6 +2,7 @@ WITH due AS MATERIALIZED (
     SELECT id, leased_by, available_at, octet_length(payload) AS size
       FROM "outbox".messages AS c
      WHERE available_at <= now()
+       AND available_at >= @floor::timestamptz
        AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
        AND coalesce(destination, @default_sink) <> ALL (@closed_sinks::text[])
      ORDER BY available_at, id

@@ -1,0 +1,294 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// The claim floor: the time below which no row can be due, which every
+// claim passes as its lower bound on available_at (@floor), so that the
+// dead index entries of the rows delivered before it stay off the claim's
+// path. Without it a claim walks the due index from its oldest entry, and
+// while another session's snapshot keeps PostgreSQL from removing the rows
+// the relay deleted (a pinned MVCC horizon), every claim walks every row
+// delivered since that snapshot began: claims get slower without bound.
+//
+// The floor never skips a row, because of one rule that the insert guard
+// and the update guard keep (migration 9): a row version's available_at is
+// never earlier than the time its writing transaction had its id, unless
+// the version before it was already that early (the relay's claims and
+// settles never move a row earlier). A refresh (queryFloor) reads, in one
+// statement: its transaction's start time (now(), before its snapshot),
+// its snapshot (pg_current_snapshot()), an id of its own
+// (pg_current_xact_id(), taken after the snapshot: a mark that every later
+// transaction's id exceeds) and the oldest row it sees at or above the
+// current floor. A snapshot lists the transactions in progress below its
+// xmax, and xmax is only past the last one to end, so a transaction in
+// progress may be missing from the list; but once refresh k-1's own
+// transaction has ended, refresh k's snapshot lists every transaction in
+// progress below refresh k-1's mark. So, at refresh k:
+//
+//   - a transaction in progress with an id above mark k-1 had it after
+//     refresh k-1 began: its rows are due no earlier than that start;
+//   - one first listed now had its id after the start of the latest
+//     refresh whose mark is below it (any time if there is none);
+//   - the new floor is the oldest of: the oldest visible row, refresh
+//     k-1's start, the times of the young transactions in progress, and
+//     the times of the transactions that ended since refresh k-1 while the
+//     floor was above them.
+//
+// A transaction in progress for longer than floorPatience no longer holds
+// the floor back (a BEGIN left open in psql would hold it for hours, and
+// the floor would not help): when it ends, the floor goes back to its time,
+// once, and the next refresh walks up from there. Its rows wait at most a
+// refresh longer. Rows written without the guards (a session with
+// session_replication_role = replica skips triggers) may break the rule:
+// every floorRescanEvery a refresh starts at the oldest row, so such a row
+// waits that long at most.
+//
+// Refreshes run at most every floorEvery while claims find rows, and at
+// most every floorIdleEvery otherwise (an idle relay costs one statement a
+// second more); a claim uses the floor as it is, as any floor the relay
+// computed stays safe, only less useful, while it ages. Each refresh takes
+// a transaction id, which a claim does as well.
+
+const (
+	floorEvery       = 100 * time.Millisecond
+	floorIdleEvery   = time.Second
+	floorPatience    = time.Second
+	floorRescanEvery = time.Minute
+)
+
+// claimFloor is a relay's claim floor and what a refresh needs to move it.
+type claimFloor struct {
+	// refreshing is held by the one refresh under way: refreshes must
+	// read their snapshots in the order they advance the floor.
+	refreshing sync.Mutex
+	mu         sync.Mutex
+	// at is the floor; known is false until the first refresh, and
+	// claims then start at the oldest row.
+	at    time.Time
+	known bool
+	// refreshed is when the last refresh ran, rescanned when the last one
+	// started at the oldest row, and marks the last two refreshes' start
+	// times and marks, the latest last.
+	refreshed, rescanned time.Time
+	marks                []floorMark
+	// seen holds the transactions in progress at the last refresh, with
+	// the earliest time each one may have had its id (the zero time when
+	// it was in progress at the first refresh: any time).
+	seen map[uint64]time.Time
+	// busy is set when a claim found rows since the last refresh.
+	busy bool
+}
+
+// floorRead is what one refresh reads: the start time of its transaction,
+// its snapshot, its mark (an id it took after the snapshot), and the
+// oldest row it sees at or above the floor it started from (none: an empty
+// table above it).
+type floorRead struct {
+	start    time.Time
+	snapshot pgSnapshot
+	mark     uint64
+	oldest   *time.Time
+}
+
+// floorMark is a refresh's start time and mark: a transaction whose id is
+// above the mark had it after that time.
+type floorMark struct {
+	start time.Time
+	mark  uint64
+}
+
+// idSince returns the earliest time transaction x may have had its id: the
+// start of the latest refresh whose mark is below x, or the zero time (any
+// time) when no refresh's is.
+func (f *claimFloor) idSince(x uint64) time.Time {
+	for i := len(f.marks) - 1; i >= 0; i-- {
+		if f.marks[i].mark < x {
+			return f.marks[i].start
+		}
+	}
+	return time.Time{}
+}
+
+// pgSnapshot is a pg_snapshot: transactions below xmin have ended, those
+// at xmax or above had not begun, and those listed in xip were in
+// progress.
+type pgSnapshot struct {
+	xmin, xmax uint64
+	xip        []uint64
+}
+
+// parseSnapshot reads a pg_snapshot's text form: xmin:xmax:xip,xip,….
+func parseSnapshot(s string) (pgSnapshot, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return pgSnapshot{}, fmt.Errorf("snapshot %q: want xmin:xmax:xip", s)
+	}
+	var snap pgSnapshot
+	var err error
+	if snap.xmin, err = strconv.ParseUint(parts[0], 10, 64); err != nil {
+		return pgSnapshot{}, fmt.Errorf("snapshot %q: xmin: %w", s, err)
+	}
+	if snap.xmax, err = strconv.ParseUint(parts[1], 10, 64); err != nil {
+		return pgSnapshot{}, fmt.Errorf("snapshot %q: xmax: %w", s, err)
+	}
+	if parts[2] != "" {
+		for _, x := range strings.Split(parts[2], ",") {
+			id, err := strconv.ParseUint(x, 10, 64)
+			if err != nil {
+				return pgSnapshot{}, fmt.Errorf("snapshot %q: xip: %w", s, err)
+			}
+			snap.xip = append(snap.xip, id)
+		}
+	}
+	return snap, nil
+}
+
+// current returns the floor claims use: the bound, or -infinity before the
+// first refresh.
+func (f *claimFloor) current() pgtype.Timestamptz {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.known || f.at.IsZero() {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: f.at, Valid: true}
+}
+
+// found records that a claim found rows: refreshes come sooner.
+func (f *claimFloor) found() {
+	f.mu.Lock()
+	f.busy = true
+	f.mu.Unlock()
+}
+
+// due reports whether a refresh is due at now, and the floor it starts
+// from: -infinity (ok false) for the first refresh and for a rescan.
+func (f *claimFloor) due(now time.Time) (refresh bool, from time.Time, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	every := floorIdleEvery
+	if f.busy {
+		every = floorEvery
+	}
+	if f.known && now.Sub(f.refreshed) < every {
+		return false, time.Time{}, false
+	}
+	if !f.known || f.at.IsZero() || now.Sub(f.rescanned) >= floorRescanEvery {
+		return true, time.Time{}, false
+	}
+	return true, f.at, true
+}
+
+// advance moves the floor with what a refresh read, at now (the relay's
+// clock, for the refresh intervals only). from and fromKnown are the floor
+// the refresh started from (due): when fromKnown is false it started from
+// the oldest row.
+func (f *claimFloor) advance(now, from time.Time, fromKnown bool, rd floorRead) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// Transactions with ids above the last refresh's mark had them after
+	// it began; at the first refresh, any time.
+	floor := time.Time{}
+	if len(f.marks) > 0 {
+		floor = f.marks[len(f.marks)-1].start
+	}
+	lower := func(t time.Time) {
+		if t.Before(floor) {
+			floor = t
+		}
+	}
+	if rd.oldest != nil {
+		lower(*rd.oldest)
+	}
+	inProgress := make(map[uint64]bool, len(rd.snapshot.xip))
+	for _, x := range rd.snapshot.xip {
+		inProgress[x] = true
+	}
+	// Transactions in progress at the last refresh that have ended: their
+	// rows are visible now, and lie below the floor the refresh started
+	// from when their time is before it (an old transaction no longer
+	// held it back).
+	for x, since := range f.seen {
+		if !inProgress[x] {
+			if fromKnown && since.Before(from) {
+				lower(since)
+			}
+			delete(f.seen, x)
+		}
+	}
+	// Transactions in progress now, listed: young ones hold the floor
+	// back; an old one (any time is old) sends it back when it ends.
+	for x := range inProgress {
+		since, ok := f.seen[x]
+		if !ok {
+			since = f.idSince(x)
+			f.seen[x] = since
+		}
+		if rd.start.Sub(since) < floorPatience {
+			lower(since)
+		}
+	}
+	f.at, f.known = floor, true
+	f.marks = append(f.marks, floorMark{start: rd.start, mark: rd.mark})
+	if len(f.marks) > 2 {
+		f.marks = f.marks[len(f.marks)-2:]
+	}
+	f.refreshed, f.busy = now, false
+	if !fromKnown {
+		f.rescanned = now
+	}
+	return floor
+}
+
+// refreshFloor refreshes r's claim floor when a refresh is due and no other
+// claim loop is refreshing it, and reports how far the floor lies behind
+// the refresh's start (outbox_relay_claim_floor_lag_seconds).
+func (r *Relay) refreshFloor(ctx context.Context) error {
+	f := r.floor
+	if !f.refreshing.TryLock() {
+		return nil // another claim loop refreshes it
+	}
+	defer f.refreshing.Unlock()
+	refresh, from, fromKnown := f.due(time.Now())
+	if !refresh {
+		return nil
+	}
+	start := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	if fromKnown {
+		start = pgtype.Timestamptz{Time: from, Valid: true}
+	}
+	var rd floorRead
+	var snap, mark string
+	var oldest pgtype.Timestamptz
+	err := r.pool.QueryRow(ctx, r.q.floor, planPerExecution, pgx.StrictNamedArgs{"start": start}).
+		Scan(&rd.start, &snap, &mark, &oldest)
+	if err != nil {
+		return fmt.Errorf("refresh claim floor: %w", err)
+	}
+	if rd.snapshot, err = parseSnapshot(snap); err != nil {
+		return fmt.Errorf("refresh claim floor: %w", err)
+	}
+	if rd.mark, err = strconv.ParseUint(mark, 10, 64); err != nil {
+		return fmt.Errorf("refresh claim floor: mark %q: %w", mark, err)
+	}
+	if oldest.Valid && oldest.InfinityModifier == pgtype.Finite {
+		rd.oldest = &oldest.Time
+	}
+	floor := f.advance(time.Now(), from, fromKnown, rd)
+	lag := rd.start.Sub(floor)
+	if floor.IsZero() {
+		lag = 0
+	}
+	r.metrics.ClaimFloorLag.Set(lag.Seconds())
+	return nil
+}

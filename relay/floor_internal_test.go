@@ -1,0 +1,102 @@
+package relay
+
+import (
+	"testing"
+	"time"
+)
+
+func TestParseSnapshot(t *testing.T) {
+	s, err := parseSnapshot("100:105:100,102")
+	if err != nil || s.xmin != 100 || s.xmax != 105 || len(s.xip) != 2 || s.xip[1] != 102 {
+		t.Errorf("parseSnapshot = %+v, %v", s, err)
+	}
+	if s, err := parseSnapshot("7:7:"); err != nil || len(s.xip) != 0 {
+		t.Errorf("parseSnapshot(empty xip) = %+v, %v", s, err)
+	}
+	for _, bad := range []string{"", "1:2", "a:2:", "1:2:x"} {
+		if _, err := parseSnapshot(bad); err == nil {
+			t.Errorf("parseSnapshot(%q) accepted", bad)
+		}
+	}
+}
+
+// TestClaimFloor_Advance follows a floor through refreshes: what holds it
+// back, what lets it pass, and where it goes back to.
+func TestClaimFloor_Advance(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	ptr := func(t time.Time) *time.Time { return &t }
+	f := &claimFloor{seen: map[uint64]time.Time{}}
+	step := func(name string, fromKnown bool, rd floorRead, want time.Time) {
+		t.Helper()
+		from := f.at
+		if got := f.advance(rd.start, from, fromKnown, rd); !got.Equal(want) {
+			t.Errorf("%s: floor = %v, want %v", name, got, want)
+		}
+	}
+	snap := func(xip ...uint64) pgSnapshot { return pgSnapshot{xmin: 1, xmax: 1000, xip: xip} }
+
+	// The first refresh cannot know when anything in progress had its id,
+	// listed (10) or not: any time.
+	step("first", false, floorRead{start: at(0), snapshot: snap(10), mark: 100}, time.Time{})
+	// Transactions above mark 100 had their ids after the first refresh
+	// began (at 0): 110 is young. 10 ended: the refresh started from the
+	// oldest row, which covers its rows.
+	step("second", false, floorRead{start: at(100), snapshot: snap(110), mark: 200, oldest: ptr(at(50))}, at(0))
+	step("110 still young", true, floorRead{start: at(200), snapshot: snap(110), mark: 300, oldest: ptr(at(150))}, at(0))
+	// Nothing listed: the oldest visible row, unless the last refresh's
+	// start is older (an unlisted transaction above its mark).
+	step("110 ended", true, floorRead{start: at(300), snapshot: snap(), mark: 400, oldest: ptr(at(250))}, at(200))
+	step("empty", true, floorRead{start: at(400), snapshot: snap(), mark: 500}, at(300))
+	// 450 is listed first now, above mark 400 (refresh at 300) and below
+	// mark 500: it had its id after 300.
+	step("450 young", true, floorRead{start: at(500), snapshot: snap(450), mark: 600}, at(300))
+	// Past floorPatience, 450 no longer holds the floor back...
+	p := int(floorPatience / time.Millisecond)
+	step("450 old", true, floorRead{start: at(500 + p), snapshot: snap(450), mark: 700}, at(500))
+	step("450 older", true, floorRead{start: at(5000), snapshot: snap(450), mark: 800}, at(500+p))
+	// ...and when it ends the floor goes back to its time, whatever the
+	// oldest row above the floor.
+	step("450 ended", true, floorRead{start: at(6000), snapshot: snap(), mark: 900, oldest: ptr(at(5500))}, at(300))
+	// A row due later holds nothing.
+	step("scheduled row", true, floorRead{start: at(7000), snapshot: snap(), mark: 950, oldest: ptr(at(90000))}, at(6000))
+
+	// A transaction in progress since before the first refresh may have
+	// rows anywhere: when it ends, the floor goes back to the oldest row.
+	g := &claimFloor{seen: map[uint64]time.Time{}}
+	g.advance(at(0), time.Time{}, false, floorRead{start: at(0), snapshot: snap(7), mark: 20})
+	g.advance(at(100), g.at, false, floorRead{start: at(100), snapshot: snap(7), mark: 30})
+	if got := g.advance(at(2000), g.at, true, floorRead{start: at(2000), snapshot: snap(7), mark: 40}); !got.Equal(at(100)) {
+		t.Errorf("an old transaction in progress: floor = %v, want the last refresh's start", got)
+	}
+	if got := g.advance(at(9000), g.at, true, floorRead{start: at(9000), snapshot: snap(), mark: 50}); !got.IsZero() {
+		t.Errorf("a transaction older than the first refresh ended: floor = %v, want any time", got)
+	}
+	if c := g.current(); c.InfinityModifier >= 0 {
+		t.Errorf("current = %+v, want -infinity", c)
+	}
+	if refresh, _, known := g.due(at(9000).Add(floorIdleEvery)); !refresh || known {
+		t.Errorf("after going back to any time: due = %v, %v; want a refresh from the oldest row", refresh, known)
+	}
+}
+
+// TestClaimFloor_Due spaces refreshes and rescans.
+func TestClaimFloor_Due(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	f := &claimFloor{seen: map[uint64]time.Time{}}
+	if refresh, _, known := f.due(t0); !refresh || known {
+		t.Fatalf("first due = %v, %v; want a refresh from the oldest row", refresh, known)
+	}
+	f.advance(t0.Add(-floorIdleEvery), time.Time{}, false, floorRead{start: t0.Add(-floorIdleEvery), snapshot: pgSnapshot{xmin: 1, xmax: 1}, mark: 1})
+	f.advance(t0, f.at, true, floorRead{start: t0, snapshot: pgSnapshot{xmin: 1, xmax: 1}, mark: 2})
+	if refresh, _, _ := f.due(t0.Add(floorEvery)); refresh {
+		t.Error("idle: refreshed after floorEvery, want floorIdleEvery")
+	}
+	f.found()
+	if refresh, from, known := f.due(t0.Add(floorEvery)); !refresh || !known || !from.Equal(t0.Add(-floorIdleEvery)) {
+		t.Errorf("busy: due = %v, %v, %v; want a refresh from the floor", refresh, from, known)
+	}
+	if refresh, _, known := f.due(t0.Add(-floorIdleEvery).Add(floorRescanEvery)); !refresh || known {
+		t.Errorf("after floorRescanEvery: due = %v, %v; want a rescan from the oldest row", refresh, known)
+	}
+}

@@ -1,0 +1,134 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+// TestFloor_RowsOfLateCommittersAreDelivered runs, in each mode, writers
+// whose transactions stay open across many refreshes of the claim floor
+// and commit late (some past the floor's patience, one for seconds after
+// the floor passed its rows), beside a steady producer that keeps the
+// floor moving and a session that pins the horizon. Every row arrives
+// once, and the floor did pass the long writer's rows while it was open.
+func TestFloor_RowsOfLateCommittersAreDelivered(t *testing.T) {
+	for _, mode := range []outbox.Mode{outbox.ModeUnordered, outbox.ModeOrdered, outbox.ModePartitioned} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			cfg := b.config(t)
+			cfg.Mode = mode
+			ctx := context.Background()
+
+			// A session that holds its snapshot from before the relay
+			// starts: nothing the relay deletes can be removed.
+			pin := b.db.Conn(t)
+			pinTx, err := pin.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = pinTx.Rollback(ctx) }()
+			if _, err := pinTx.Exec(ctx, "SELECT count(*) FROM "+b.db.Table("messages")); err != nil {
+				t.Fatal(err)
+			}
+			start(t, b, cfg)
+
+			insert := func(tx pgx.Tx, who string, i int) {
+				t.Helper()
+				key := any(nil)
+				if i%2 == 0 {
+					key = fmt.Sprintf("%s-%d", who, i) // a key of its own: no order between writers
+				}
+				if _, err := tx.Exec(ctx, "INSERT INTO "+b.db.Table("messages")+" (topic, payload, key) VALUES ($1, $2, $3)",
+					"events."+who, fmt.Sprintf("%s %d", who, i), key); err != nil {
+					t.Error(err)
+				}
+			}
+			// The long writer inserts first, then waits.
+			long := b.db.Conn(t)
+			longTx, err := long.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 4 {
+				insert(longTx, "long", i)
+			}
+
+			const steady, late = 600, 24
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { // a producer committing a row every 5 ms
+				defer wg.Done()
+				for i := range steady {
+					tx, err := b.db.Pool.Begin(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					insert(tx, "steady", i)
+					if err := tx.Commit(ctx); err != nil {
+						t.Error(err)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+			for w := range late { // writers that commit 0 to 2.4 s after their insert
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					time.Sleep(time.Duration(w) * 50 * time.Millisecond)
+					tx, err := b.db.Pool.Begin(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					insert(tx, "late", w)
+					time.Sleep(time.Duration(rand.IntN(2400)) * time.Millisecond)
+					if err := tx.Commit(ctx); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			// The floor passes the long writer's rows while it is open:
+			// it lags the refreshes by less than the writer's age.
+			time.Sleep(2 * time.Second)
+			waitfor.Condition(t, 10*time.Second, "the floor to pass the long writer's rows", func() bool {
+				return testutil.ToFloat64(cfg.Metrics.ClaimFloorLag) < 1
+			})
+			time.Sleep(time.Second)
+			if err := longTx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			want := steady + late + 4
+			deadline := time.Now().Add(30 * time.Second)
+			for b.db.Count(t, "archive") != want && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if n := b.db.Count(t, "archive"); n != want {
+				rows, _ := b.db.Pool.Query(ctx, "SELECT id, topic, key, available_at, leased_by, attempts, now() FROM "+b.db.Table("messages")+" ORDER BY id")
+				for rows.Next() {
+					v, _ := rows.Values()
+					t.Logf("left: %v", v)
+				}
+				rows.Close()
+				t.Fatalf("archive holds %d rows, want %d; floor lag %.3fs", n, want, testutil.ToFloat64(cfg.Metrics.ClaimFloorLag))
+			}
+			relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, want)
+			if n := b.db.Count(t, "messages"); n != 0 {
+				t.Errorf("%d rows left in the hot table", n)
+			}
+		})
+	}
+}
