@@ -457,6 +457,17 @@ func printPinTables(w io.Writer, cs []*contender, rep *pinReport) {
 			count(p.DeadTuples), p.mean(), count(int64(math.Round(p.BuffersPerClaim))), refMean,
 			optMs(u.ClaimP99Ms), optMs(p.ClaimP99Ms), optMs(u.CommitReceiptP99Ms), optMs(p.CommitReceiptP99Ms))
 	}
+	var rates []string
+	for _, c := range cs {
+		var n int64
+		for _, s := range c.Samples {
+			n += s.Produced
+		}
+		if len(c.Samples) > 0 {
+			rates = append(rates, fmt.Sprintf("%s %.0f", c.Name, float64(n)/c.Samples[len(c.Samples)-1].AfterS))
+		}
+	}
+	fmt.Fprintf(w, "\nrows committed per second (target %g): %s\n", rep.Options.Rate, strings.Join(rates, ", "))
 	for _, c := range cs {
 		if c.Kind == "refloop" {
 			if c.Refloop == nil {
