@@ -126,8 +126,11 @@ type pinSample struct {
 	XminAge         int64   `json:"oldest_xmin_age"`
 	// The relay's claim p99 from its histogram (claim round trip) and
 	// commit → receipt p99 from its stream; absent for refloop.
-	ClaimP99Ms         *float64 `json:"claim_p99_ms,omitempty"`
-	CommitReceiptP99Ms *float64 `json:"commit_receipt_p99_ms,omitempty"`
+	ClaimP99Ms *float64 `json:"claim_p99_ms,omitempty"`
+	// ClaimP99AboveBuckets says the p99 lies past the histogram's last
+	// finite bucket, whose bound ClaimP99Ms then holds.
+	ClaimP99AboveBuckets bool     `json:"claim_p99_above_buckets,omitempty"`
+	CommitReceiptP99Ms   *float64 `json:"commit_receipt_p99_ms,omitempty"`
 }
 
 // counters are the cumulative figures a sample subtracts.

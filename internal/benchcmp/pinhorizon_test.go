@@ -69,6 +69,9 @@ outbox_relay_settle_duration_seconds_bucket{le="+Inf"} 7
 	if q := h.quantile(0.99); math.Abs(q-0.01) > 1e-9 {
 		t.Errorf("p99 = %v, want 0.01", q)
 	}
+	if q := (histogram{count: 10, buckets: map[float64]float64{0.001: 5, 5: 8, math.Inf(1): 10}}).quantile(0.99); !math.IsInf(q, 1) {
+		t.Errorf("p99 past the last finite bucket = %v, want +Inf", q)
+	}
 	d := h.minus(histogram{count: 90, buckets: map[float64]float64{0.001: 90, 0.01: 90}})
 	if q := d.quantile(0.5); q <= 0.001 || q > 0.01 {
 		t.Errorf("p50 of the last ten = %v, want within (0.001, 0.01]", q)

@@ -275,13 +275,32 @@ func (h histogram) quantile(q float64) float64 {
 	for _, b := range bounds {
 		if c := h.buckets[b]; c >= rank && c > below {
 			if math.IsInf(b, 1) {
-				return lower
+				return b // past the last finite bound: unknown how far
 			}
 			return lower + (b-lower)*(rank-below)/(c-below)
 		}
 		lower, below = b, h.buckets[b]
 	}
 	return lower
+}
+
+// lastBound is the largest finite bucket bound.
+func (h histogram) lastBound() float64 {
+	var last float64
+	for b := range h.buckets {
+		if !math.IsInf(b, 1) {
+			last = max(last, b)
+		}
+	}
+	return last
+}
+
+// claimP99 is the claim p99, "> 5000 ms" when past the last bucket.
+func (s pinSample) claimP99() string {
+	if s.ClaimP99AboveBuckets {
+		return "> " + optMs(s.ClaimP99Ms)
+	}
+	return optMs(s.ClaimP99Ms)
 }
 
 // sampleAll takes a sample of every contender: the interval since the
@@ -307,12 +326,17 @@ SELECT h.n_dead_tup, h.n_live_tup, h.n_tup_ins, a.n_tup_ins,
 			return fmt.Errorf("%s: table statistics: %w", c.Name, err)
 		}
 		var claimP99, receiptP99 *float64
+		var above bool
 		if c.Kind == "relay" {
 			if cur.hist, err = scrapeClaims(ctx, c.metrics); err != nil {
 				return fmt.Errorf("%s: %w", c.Name, err)
 			}
 			if after > 0 {
-				if q := cur.hist.minus(c.prev.hist).quantile(0.99); !math.IsNaN(q) {
+				d := cur.hist.minus(c.prev.hist)
+				if q := d.quantile(0.99); !math.IsNaN(q) {
+					if math.IsInf(q, 1) {
+						q, above = d.lastBound(), true
+					}
 					q *= 1000
 					claimP99 = &q
 				}
@@ -329,7 +353,7 @@ SELECT h.n_dead_tup, h.n_live_tup, h.n_tup_ins, a.n_tup_ins,
 			DeadTuples: cur.dead, RowsInTable: cur.live, XminAge: cur.xminAge,
 			Produced: max(cur.hotIns-prev.hotIns, 0), Delivered: max(cur.archIns-prev.archIns, 0),
 			Claims:     max(cur.calls-prev.calls, 0),
-			ClaimP99Ms: claimP99, CommitReceiptP99Ms: receiptP99,
+			ClaimP99Ms: claimP99, ClaimP99AboveBuckets: above, CommitReceiptP99Ms: receiptP99,
 		}
 		if s.Claims > 0 {
 			s.ClaimMeanMs = max(cur.execMs-prev.execMs, 0) / float64(s.Claims)
@@ -389,7 +413,7 @@ func (s pinSample) line() string {
 	l := fmt.Sprintf("dead %7s  rows %7s  produced %6s  delivered %6s  claims %6d  mean %9s  buffers/claim %7s",
 		count(s.DeadTuples), count(s.RowsInTable), count(s.Produced), count(s.Delivered), s.Claims, s.mean(), count(int64(math.Round(s.BuffersPerClaim))))
 	if s.ClaimP99Ms != nil {
-		l += "  claim p99 " + ms(*s.ClaimP99Ms)
+		l += "  claim p99 " + s.claimP99()
 	}
 	if s.CommitReceiptP99Ms != nil {
 		l += "  commit→receipt p99 " + ms(*s.CommitReceiptP99Ms)
@@ -455,7 +479,7 @@ func printPinTables(w io.Writer, cs []*contender, rep *pinReport) {
 		fmt.Fprintf(w, "| %s | %s / %s | %s / %s / %s | %s | %s / %s | %s / %s |\n",
 			time.Duration(u.AfterS*float64(time.Second)), count(u.DeadTuples), u.mean(),
 			count(p.DeadTuples), p.mean(), count(int64(math.Round(p.BuffersPerClaim))), refMean,
-			optMs(u.ClaimP99Ms), optMs(p.ClaimP99Ms), optMs(u.CommitReceiptP99Ms), optMs(p.CommitReceiptP99Ms))
+			u.claimP99(), p.claimP99(), optMs(u.CommitReceiptP99Ms), optMs(p.CommitReceiptP99Ms))
 	}
 	var rates []string
 	for _, c := range cs {
