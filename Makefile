@@ -5,7 +5,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/outbox_bench?sslmode=disable
 NATS_URL ?= nats://127.0.0.1:4222
 REFLOOP ?= ../shared/refloop
 
-.PHONY: build test ci helm bench bench-binary bench-replicas examples examples-run
+.PHONY: build test ci helm bench bench-binary bench-replicas bench-pin-horizon examples examples-run
 
 build:
 	.ci/build bin/outbox-relay
@@ -59,6 +59,26 @@ REPLICA_STEADY ?= 40000
 bench-replicas:
 	$(MAKE) bench ROUNDS=$(REPLICA_ROUNDS) BENCHFLAGS='-modes -replicas $(REPLICAS) -mode backlog -burst -n $(REPLICA_BACKLOG)'
 	$(MAKE) bench ROUNDS=$(REPLICA_ROUNDS) BENCHFLAGS='-modes -replicas $(REPLICAS) -mode steady -rate 2000 -n $(REPLICA_STEADY)'
+
+# The pinned-horizon benchmark (issue 21; benchcmp -pin-horizon): the
+# shipped binary with its defaults and refloop, each on its own database
+# of a PostgreSQL the benchmark starts with initdb (stock settings but
+# pg_stat_statements; deleted at the end), a producer committing PIN_RATE
+# rows/s one per transaction in each, and a REPEATABLE READ session
+# holding its snapshot from PIN_AFTER in the pinned databases. Prints dead
+# tuples, claim mean and buffers per claim (pg_stat_statements), claim and
+# commit->receipt p99 every EVERY, then the pinned / unpinned ratios.
+# Smoke run: make bench-pin-horizon DURATION=2m PIN_AFTER=20s EVERY=20s.
+# PINFLAGS passes more (-pg-url URL, -json FILE, -refloop-unpinned).
+DURATION ?= 10m
+EVERY ?= 1m
+PIN_AFTER ?= 1m
+PIN_RATE ?= 1000
+PINFLAGS ?=
+bench-pin-horizon: build
+	cd $(REFLOOP) && go build -o $(CURDIR)/bin/refloop .
+	go build -o bin/benchcmp ./internal/benchcmp
+	bin/benchcmp -pin-horizon -binary bin/outbox-relay -refloop bin/refloop -duration $(DURATION) -every $(EVERY) -pin-after $(PIN_AFTER) -rate $(PIN_RATE) $(PINFLAGS)
 
 # The examples' tests: their INSERT statements match the docs' and work
 # against a real schema, and the Go example's main runs (part of `make test`).

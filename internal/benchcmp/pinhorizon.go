@@ -1,0 +1,673 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/internal/bench"
+)
+
+// The pinned-horizon benchmark (-pin-horizon, issue 21): the relay binary
+// with its defaults and refloop, each on a database of its own with a
+// steady producer, while a REPEATABLE READ session holds its snapshot in
+// some of the databases (the pin is per database: PostgreSQL computes the
+// horizon of a table from the sessions of its database). Every interval
+// it samples each database's hot table (dead tuples, rows in it), the
+// claim statements' calls, time and buffers from pg_stat_statements, the
+// rows produced and archived, and, for the relays, the claim histogram of
+// their /metrics and commit → receipt latency on their stream; it prints
+// the issue's table and the pinned / unpinned ratios.
+
+// pinOptions configure a pinned-horizon run.
+type pinOptions struct {
+	Binary  string // the outbox-relay binary, run with its defaults
+	Refloop string // the refloop binary; empty runs the relays alone
+	// RefloopUnpinned also runs refloop on an unpinned database (a fourth
+	// producer on the machine).
+	RefloopUnpinned bool
+	// PGURL, when set, is an existing server (its database is the one the
+	// benchmark connects to for administration); otherwise the benchmark
+	// starts its own with initdb from PGBin (found when empty) on PGPort.
+	PGURL  string
+	PGBin  string
+	PGPort int
+	// NatsURL, when set, is the NATS server of the relays (each publishes
+	// to a stream of its own); otherwise each contender gets a JetStream
+	// server in process. Refloop always gets its own in-process server: its
+	// stream name is fixed.
+	NatsURL      string
+	Duration     time.Duration
+	Every        time.Duration
+	PinAfter     time.Duration
+	Rate         float64 // rows per second per database, one per transaction
+	Producers    int     // producer connections per database
+	PayloadBytes int
+	JSON         string // write the report there as JSON when set
+	// Grace is how long refloop may take after the producers stopped to
+	// deliver the rest and print its line (default 30s).
+	Grace time.Duration
+}
+
+func (o pinOptions) validate() error {
+	switch {
+	case o.Binary == "":
+		return errors.New("-pin-horizon needs -binary, the outbox-relay binary (make build writes bin/outbox-relay)")
+	case o.Duration <= 0 || o.Every <= 0 || o.Every > o.Duration:
+		return fmt.Errorf("-duration %s, -every %s: want 0 < every <= duration", o.Duration, o.Every)
+	case o.PinAfter < 0 || o.PinAfter >= o.Duration:
+		return fmt.Errorf("-pin-after %s: want from 0 to less than -duration %s", o.PinAfter, o.Duration)
+	case o.Rate <= 0 || o.Producers < 1 || o.PayloadBytes < 1:
+		return errors.New("-rate, -producers and -payload must be positive")
+	}
+	for _, bin := range []string{o.Binary, o.Refloop} {
+		if bin == "" {
+			continue
+		}
+		if _, err := os.Stat(bin); err != nil {
+			return fmt.Errorf("%w (make bench-pin-horizon builds bin/outbox-relay and bin/refloop; -refloop '' runs without refloop)", err)
+		}
+	}
+	return nil
+}
+
+// contender is one database of the run: a relay or refloop, pinned or not.
+type contender struct {
+	Name   string `json:"name"`
+	Kind   string `json:"kind"` // relay | refloop
+	Pinned bool   `json:"pinned"`
+	DB     string `json:"database"`
+
+	url                      string
+	hotSchema, hot, archived string // the hot table and the archive
+	nats                     string // its NATS server
+	prefix                   string // the relay's NATS_SUBJECT_PREFIX
+	metrics                  string // the relay's /metrics
+	proc                     *exec.Cmd
+	exited                   chan error
+	stdout                   bytes.Buffer // refloop's result line
+	stats                    *pgxpool.Pool
+	receipts                 *receipts
+	prev                     counters
+	Samples                  []pinSample   `json:"samples"`
+	Refloop                  *bench.Result `json:"refloop_result,omitempty"`
+	CommitReceiptP99Ms       *float64      `json:"commit_receipt_p99_ms_whole_run,omitempty"`
+}
+
+// pinSample is what one interval measured on one contender.
+type pinSample struct {
+	AfterS          float64 `json:"after_s"`
+	PinHeld         bool    `json:"pin_held"`
+	DeadTuples      int64   `json:"dead_tuples"`
+	RowsInTable     int64   `json:"rows_in_table"` // the backlog, n_live_tup
+	Produced        int64   `json:"produced"`
+	Delivered       int64   `json:"delivered"` // rows archived in the interval
+	Claims          int64   `json:"claims"`
+	ClaimMeanMs     float64 `json:"claim_mean_ms"`
+	BuffersPerClaim float64 `json:"buffers_per_claim"`
+	XminAge         int64   `json:"oldest_xmin_age"`
+	// The relay's claim p99 from its histogram (claim round trip) and
+	// commit → receipt p99 from its stream; absent for refloop.
+	ClaimP99Ms *float64 `json:"claim_p99_ms,omitempty"`
+	// ClaimP99AboveBuckets says the p99 lies past the histogram's last
+	// finite bucket, whose bound ClaimP99Ms then holds.
+	ClaimP99AboveBuckets bool     `json:"claim_p99_above_buckets,omitempty"`
+	CommitReceiptP99Ms   *float64 `json:"commit_receipt_p99_ms,omitempty"`
+}
+
+// counters are the cumulative figures a sample subtracts.
+type counters struct {
+	dead, live, hotIns, archIns, xminAge int64
+	calls, blocks                        int64
+	execMs                               float64
+	hist                                 histogram
+}
+
+// pinReport is the run, as -json writes it.
+type pinReport struct {
+	StartedAt   string       `json:"started_at"`
+	Version     string       `json:"relay_version"`
+	Server      string       `json:"server_version"`
+	LoadBefore  string       `json:"load_before"`
+	LoadAfter   string       `json:"load_after"`
+	Options     pinOptions   `json:"options"`
+	Contenders  []*contender `json:"contenders"`
+	SummaryLine string       `json:"summary"`
+}
+
+const (
+	pinDBPrefix = "outbox_pin_"
+	pinMarker   = "outbox-relay benchcmp -pin-horizon scratch database: dropped by its runs"
+	pinTopic    = "bench.outbox.events"
+)
+
+// runPinHorizon runs the benchmark and writes its tables to w.
+func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	o.Grace = max(o.Grace, 30*time.Second)
+	rep := &pinReport{StartedAt: time.Now().UTC().Format(time.RFC3339), Options: o, LoadBefore: loadavg()}
+	if out, err := exec.CommandContext(ctx, o.Binary, "version").Output(); err == nil {
+		rep.Version = strings.TrimSpace(string(out))
+	}
+
+	adminURL := o.PGURL
+	if adminURL == "" {
+		bin, err := findPostgresBin(o.PGBin)
+		if err != nil {
+			return nil, err
+		}
+		pg, err := startTempPostgres(ctx, bin, o.PGPort)
+		if err != nil {
+			return nil, fmt.Errorf("start PostgreSQL: %w", err)
+		}
+		defer pg.stop()
+		adminURL = pg.url("postgres")
+		fmt.Fprintf(w, "PostgreSQL from %s on port %d, stock settings but %s\n", bin, pg.port, strings.Join(postgresConf(pg.port, pg.dir)[3:], ", "))
+	}
+	admin, err := pgxpool.New(ctx, adminURL)
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	if err := checkServer(ctx, admin, w, &rep.Server); err != nil {
+		return nil, err
+	}
+
+	cs := []*contender{
+		{Name: "relay unpinned", Kind: "relay"},
+		{Name: "relay pinned", Kind: "relay", Pinned: true},
+	}
+	if o.Refloop != "" {
+		cs = append(cs, &contender{Name: "refloop pinned", Kind: "refloop", Pinned: true})
+		if o.RefloopUnpinned {
+			cs = append(cs, &contender{Name: "refloop unpinned", Kind: "refloop"})
+		}
+	}
+	rep.Contenders = cs
+	for _, c := range cs {
+		slug := strings.ReplaceAll(c.Name, " ", "_")
+		c.DB = pinDBPrefix + slug
+		if c.url, err = databaseURL(adminURL, c.DB); err != nil {
+			return nil, err
+		}
+		c.hotSchema, c.hot, c.archived = "outbox", "messages", "archive"
+		if c.Kind == "refloop" {
+			c.hotSchema, c.hot, c.archived = "public", "outbox", "outbox_archive"
+		}
+		c.prefix = "pin." + slug + "."
+	}
+	if err := createDatabases(ctx, admin, cs); err != nil {
+		return nil, err
+	}
+	defer dropDatabases(admin, cs)
+
+	// NATS: a server per contender in process unless the relays have one.
+	storeRoot, err := os.MkdirTemp("", "outbox-pin-nats-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(storeRoot)
+	for i, c := range cs {
+		if c.Kind == "relay" && o.NatsURL != "" {
+			c.nats = o.NatsURL
+			continue
+		}
+		ns, err := startNATS(filepath.Join(storeRoot, strconv.Itoa(i)))
+		if err != nil {
+			return nil, err
+		}
+		defer ns.Shutdown()
+		c.nats = ns.ClientURL()
+	}
+
+	runCtx, stopAll := context.WithCancel(ctx)
+	defer stopAll()
+	n := int(o.Rate*o.Duration.Seconds()) + 1
+	for _, c := range cs {
+		c.stats, err = pgxpool.New(ctx, c.url)
+		if err != nil {
+			return nil, err
+		}
+		defer c.stats.Close()
+		if c.Kind != "relay" {
+			continue
+		}
+		c.receipts = newReceipts(n)
+		if err := startRelay(ctx, runCtx, o.Binary, c); err != nil {
+			return nil, fmt.Errorf("%s: %w", c.Name, err)
+		}
+		defer stopProcess(c, 60*time.Second)
+		sub, err := subscribe(c)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.Name, err)
+		}
+		defer sub.Close()
+	}
+
+	// Refloop produces on its own clock from its start: start it last,
+	// just before the relays' producers.
+	for _, c := range cs {
+		if c.Kind == "refloop" {
+			if err := startRefloop(runCtx, o, c); err != nil {
+				return nil, fmt.Errorf("%s: %w", c.Name, err)
+			}
+			defer stopProcess(c, 5*time.Second)
+		}
+	}
+	t0 := time.Now()
+	prodCtx, stopProducers := context.WithDeadline(runCtx, t0.Add(o.Duration))
+	defer stopProducers()
+	produced := make(chan error, len(cs))
+	producers := 0
+	for _, c := range cs {
+		if c.Kind == "relay" {
+			producers++
+			go func() { produced <- produce(prodCtx, o, c) }()
+		}
+	}
+	if err := sampleAll(ctx, admin, cs, 0, false, nil); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(w, "%d contenders, %g rows/s each (%d producer connections, one row per transaction, %d-byte payloads), pin after %s, for %s; load %s\n",
+		len(cs), o.Rate, o.Producers, o.PayloadBytes, o.PinAfter, o.Duration, rep.LoadBefore)
+
+	var pins []*pgx.Conn
+	defer func() {
+		for _, p := range pins {
+			_ = p.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	pinAt := time.NewTimer(time.Until(t0.Add(o.PinAfter)))
+	defer pinAt.Stop()
+	pinned := false
+	for next := o.Every; ; next += o.Every {
+		at := min(next, o.Duration)
+		tick := time.NewTimer(time.Until(t0.Add(at)))
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				tick.Stop()
+				return nil, ctx.Err()
+			case err := <-produced:
+				if err != nil {
+					tick.Stop()
+					return nil, fmt.Errorf("producer: %w", err)
+				}
+				producers--
+			case <-pinAt.C:
+				if pins, err = pin(ctx, cs); err != nil {
+					tick.Stop()
+					return nil, err
+				}
+				pinned = true
+				fmt.Fprintf(w, "pin held from %s in %s\n", time.Since(t0).Round(time.Second), pinnedNames(cs))
+			case <-tick.C:
+				break wait
+			}
+			if err := exitedEarly(cs); err != nil {
+				return nil, err
+			}
+		}
+		if err := sampleAll(ctx, admin, cs, time.Since(t0), pinned, w); err != nil {
+			return nil, err
+		}
+		if at >= o.Duration {
+			break
+		}
+	}
+	for ; producers > 0; producers-- {
+		if err := <-produced; err != nil {
+			return nil, fmt.Errorf("producer: %w", err)
+		}
+	}
+	rep.LoadAfter = loadavg()
+
+	// Refloop delivers the rest and prints its line; the relays stop.
+	for _, c := range cs {
+		switch c.Kind {
+		case "relay":
+			c.CommitReceiptP99Ms = c.receipts.wholeRun()
+		case "refloop":
+			c.Refloop = awaitRefloop(ctx, c, o.Grace)
+		}
+	}
+	printPinTables(w, cs, rep)
+	if o.JSON != "" {
+		data, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(o.JSON, append(data, '\n'), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+// checkServer reads the server's version, makes pg_stat_statements
+// readable (it must be preloaded) and warns when autovacuum is off, which
+// is not what the benchmark means to measure.
+func checkServer(ctx context.Context, admin *pgxpool.Pool, w io.Writer, version *string) error {
+	var autovacuum, preload string
+	if err := admin.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('autovacuum'), current_setting('shared_preload_libraries')").
+		Scan(version, &autovacuum, &preload); err != nil {
+		return err
+	}
+	if !strings.Contains(preload, "pg_stat_statements") {
+		return fmt.Errorf("the server does not preload pg_stat_statements (shared_preload_libraries = %q): the claim times come from it; leave -pg-url unset to start a server of the benchmark's own", preload)
+	}
+	if _, err := admin.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		return fmt.Errorf("create extension pg_stat_statements: %w", err)
+	}
+	if autovacuum != "on" {
+		fmt.Fprintln(w, "warning: autovacuum is off on this server: dead tuples pile up pinned or not, and the comparison means little")
+	}
+	return nil
+}
+
+// databaseURL is base with its database replaced by db.
+func databaseURL(base, db string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("-pg-url: %w", err)
+	}
+	u.Path = "/" + db
+	return u.String(), nil
+}
+
+// createDatabases creates each contender's database with a marker,
+// dropping an earlier run's (one that carries the marker) and refusing
+// to touch one that does not.
+func createDatabases(ctx context.Context, admin *pgxpool.Pool, cs []*contender) error {
+	for _, c := range cs {
+		var comment *string
+		err := admin.QueryRow(ctx, "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1", c.DB).Scan(&comment)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		case comment == nil || *comment != pinMarker:
+			return fmt.Errorf("database %s exists and was not made by this benchmark: drop or rename it yourself", c.DB)
+		default:
+			if _, err := admin.Exec(ctx, "DROP DATABASE "+pgx.Identifier{c.DB}.Sanitize()+" WITH (FORCE)"); err != nil {
+				return err
+			}
+		}
+		if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{c.DB}.Sanitize()); err != nil {
+			return err
+		}
+		if _, err := admin.Exec(ctx, "COMMENT ON DATABASE "+pgx.Identifier{c.DB}.Sanitize()+" IS '"+pinMarker+"'"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func dropDatabases(admin *pgxpool.Pool, cs []*contender) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range cs {
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{c.DB}.Sanitize()+" WITH (FORCE)")
+	}
+}
+
+// startNATS starts a JetStream server in process, its store in dir.
+func startNATS(dir string) (*server.Server, error) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	if err != nil {
+		return nil, err
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("the in-process NATS server did not start")
+	}
+	return ns, nil
+}
+
+// relayEnv is the environment the relay runs with: ours without any of
+// the relay's settings, so that it runs with its defaults, and the
+// database, NATS, a subject prefix, the metrics address and the log level.
+func relayEnv(c *contender, metricsAddr string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(name, "RELAY_"), strings.HasPrefix(name, "NATS_"), strings.HasPrefix(name, "WEBHOOK_"),
+			strings.HasPrefix(name, "KAFKA_"), strings.HasPrefix(name, "RABBITMQ_"), strings.HasPrefix(name, "OTEL_"),
+			strings.HasPrefix(name, "DATABASE_URL"), name == "LOG_LEVEL", name == "LOG_FORMAT":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "DATABASE_URL="+c.url, "NATS_URL="+c.nats, "NATS_SUBJECT_PREFIX="+c.prefix,
+		"RELAY_HTTP_ADDR="+metricsAddr, "LOG_LEVEL=warn")
+}
+
+// startRelay migrates the contender's database and creates its stream,
+// then starts the relay binary (stopped by runCtx) and waits for its
+// /metrics.
+func startRelay(ctx, runCtx context.Context, bin string, c *contender) error {
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(0))
+	c.metrics = "http://" + addr + "/metrics"
+	env := relayEnv(c, addr)
+	migrate := exec.CommandContext(ctx, bin, "migrate")
+	migrate.Env = env
+	if out, err := migrate.CombinedOutput(); err != nil {
+		return fmt.Errorf("migrate: %w\n%s", err, out)
+	}
+	if err := createStream(ctx, c.nats, "PIN_"+strings.ToUpper(strings.ReplaceAll(c.Name, " ", "_")), c.prefix+">"); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(runCtx, bin, "run")
+	cmd.Env = env
+	cmd.Stderr = prefixed(os.Stderr, c.Name+": ")
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 60 * time.Second
+	if err := startProcess(c, cmd); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := scrapeClaims(ctx, c.metrics); err == nil {
+			return nil
+		}
+		if err := exitedEarly([]*contender{c}); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errors.New("its /metrics did not answer within a minute")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startRefloop starts refloop's steady mode on the contender's database:
+// its own producers at the same rate, one row per transaction, for the
+// run's duration, its two workers claiming batches of 1000 (as make bench
+// runs it).
+func startRefloop(runCtx context.Context, o pinOptions, c *contender) error {
+	n := int(o.Rate * o.Duration.Seconds())
+	cmd := exec.CommandContext(runCtx, o.Refloop,
+		"-mode", "steady", "-n", strconv.Itoa(n), "-rate", strconv.FormatFloat(o.Rate, 'f', -1, 64),
+		"-producers", strconv.Itoa(o.Producers), "-producer-batch", "1", "-payload", strconv.Itoa(o.PayloadBytes),
+		"-batch", "1000", "-workers", "2", "-dsn", c.url, "-nats", c.nats,
+		"-timeout", (o.Duration + o.Grace + time.Minute).String())
+	cmd.Stdout = &c.stdout
+	cmd.Stderr = prefixed(os.Stderr, c.Name+": ")
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 5 * time.Second
+	return startProcess(c, cmd)
+}
+
+func startProcess(c *contender, cmd *exec.Cmd) error {
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	c.proc, c.exited = cmd, make(chan error, 1)
+	go func() { c.exited <- cmd.Wait() }()
+	return nil
+}
+
+// exitedEarly reports a relay that ended during the run (refloop ends by
+// itself once it delivered its rows).
+func exitedEarly(cs []*contender) error {
+	for _, c := range cs {
+		if c.Kind != "relay" || c.exited == nil {
+			continue
+		}
+		select {
+		case err := <-c.exited:
+			c.exited <- err
+			return fmt.Errorf("%s exited during the run: %v", c.Name, err)
+		default:
+		}
+	}
+	return nil
+}
+
+// stopProcess ends a contender's process with SIGTERM, then SIGKILL after
+// wait.
+func stopProcess(c *contender, wait time.Duration) {
+	if c.proc == nil {
+		return
+	}
+	_ = c.proc.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-c.exited:
+		c.exited <- err
+	case <-time.After(wait):
+		_ = c.proc.Process.Kill()
+	}
+}
+
+// awaitRefloop waits up to grace for refloop to deliver the rest and
+// print its result line.
+func awaitRefloop(ctx context.Context, c *contender, grace time.Duration) *bench.Result {
+	select {
+	case err := <-c.exited:
+		c.exited <- err
+	case <-time.After(grace):
+		return nil
+	case <-ctx.Done():
+		return nil
+	}
+	var r bench.Result
+	if json.Unmarshal(bytes.TrimSpace(c.stdout.Bytes()), &r) != nil {
+		return nil
+	}
+	return &r
+}
+
+func createStream(ctx context.Context, natsURL, name, subject string) error {
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return fmt.Errorf("connect to NATS: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: name, Description: pinMarker, Subjects: []string{subject},
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: 1,
+	})
+	return err
+}
+
+// pin opens, in each pinned contender's database, a REPEATABLE READ
+// transaction that runs one query and then holds its snapshot until the
+// end of the run.
+func pin(ctx context.Context, cs []*contender) ([]*pgx.Conn, error) {
+	var conns []*pgx.Conn
+	for _, c := range cs {
+		if !c.Pinned {
+			continue
+		}
+		conn, err := pgx.Connect(ctx, c.url)
+		if err != nil {
+			return conns, err
+		}
+		conns = append(conns, conn)
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return conns, err
+		}
+		var n int64
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM pg_catalog.pg_class").Scan(&n); err != nil {
+			return conns, fmt.Errorf("pin %s: %w", c.DB, err)
+		}
+	}
+	return conns, nil
+}
+
+func pinnedNames(cs []*contender) string {
+	var names []string
+	for _, c := range cs {
+		if c.Pinned {
+			names = append(names, c.DB)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// loadavg is the machine's load (the first three fields of /proc/loadavg).
+func loadavg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// prefixed writes each line to w with a prefix.
+func prefixed(w io.Writer, prefix string) io.Writer {
+	return &linePrefixer{w: w, prefix: prefix}
+}
+
+type linePrefixer struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+func (l *linePrefixer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		fmt.Fprintf(l.w, "%s%s\n", l.prefix, l.buf[:i])
+		l.buf = l.buf[i+1:]
+	}
+}

@@ -1,0 +1,541 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+
+	"github.com/outbox-relay/outbox-relay/internal/bench"
+)
+
+// isClaimStatement reports whether a statement pg_stat_statements
+// recorded is a claim: the relay's start with WITH due AS MATERIALIZED,
+// every claim (the relay's in each mode, refloop's) locks with SKIP
+// LOCKED. Case, line breaks, indentation and leading comments do not
+// matter.
+func isClaimStatement(query string) bool {
+	q := strings.ToUpper(strings.Join(strings.Fields(stripLeadingComments(query)), " "))
+	return strings.HasPrefix(q, "WITH DUE AS MATERIALIZED") || strings.Contains(q, " SKIP LOCKED")
+}
+
+func stripLeadingComments(q string) string {
+	for {
+		q = strings.TrimSpace(q)
+		switch {
+		case strings.HasPrefix(q, "--"):
+			_, rest, ok := strings.Cut(q, "\n")
+			if !ok {
+				return ""
+			}
+			q = rest
+		case strings.HasPrefix(q, "/*"):
+			_, rest, ok := strings.Cut(q, "*/")
+			if !ok {
+				return ""
+			}
+			q = rest
+		default:
+			return q
+		}
+	}
+}
+
+// receipts records, per row of a relay's producer (its sequence number,
+// carried in the trace-id header), when its commit returned, and the
+// latency from there to the first receipt of the row on the stream.
+type receipts struct {
+	commit []atomic.Int64
+	seen   []atomic.Bool
+	mu     sync.Mutex
+	window []time.Duration // since the last take
+	all    []time.Duration
+}
+
+func newReceipts(n int) *receipts {
+	return &receipts{commit: make([]atomic.Int64, n+1), seen: make([]atomic.Bool, n+1)}
+}
+
+func (r *receipts) committed(seq int, t time.Time) { r.commit[seq].Store(t.UnixNano()) }
+
+func (r *receipts) received(seq int, t time.Time) {
+	if seq < 1 || seq >= len(r.commit) || r.seen[seq].Swap(true) {
+		return
+	}
+	c := r.commit[seq].Load()
+	if c == 0 {
+		return // the commit's time not yet stored: a few microseconds' race, skipped
+	}
+	r.mu.Lock()
+	r.window = append(r.window, time.Duration(t.UnixNano()-c))
+	r.mu.Unlock()
+}
+
+// take returns the p99 of the latencies since the last take.
+func (r *receipts) take() *float64 {
+	r.mu.Lock()
+	w := r.window
+	r.window = nil
+	r.all = append(r.all, w...)
+	r.mu.Unlock()
+	return p99ms(w)
+}
+
+func (r *receipts) wholeRun() *float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return p99ms(append(slices.Clone(r.all), r.window...))
+}
+
+func p99ms(d []time.Duration) *float64 {
+	if len(d) == 0 {
+		return nil
+	}
+	slices.Sort(d)
+	v := float64(d[int(float64(len(d)-1)*0.99)]) / 1e6
+	return &v
+}
+
+// subscribe receives what the relay publishes, on a plain subscription to
+// its subjects: a message is received as JetStream stores it.
+func subscribe(c *contender) (*nats.Conn, error) {
+	nc, err := nats.Connect(c.nats)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := nc.Subscribe(c.prefix+">", func(m *nats.Msg) {
+		now := time.Now()
+		if seq, err := strconv.ParseInt(m.Header.Get("trace-id"), 16, 64); err == nil {
+			c.receipts.received(int(seq), now)
+		}
+	})
+	if err == nil {
+		err = sub.SetPendingLimits(-1, -1)
+	}
+	if err == nil {
+		err = nc.Flush()
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return nc, nil
+}
+
+// produce inserts rows into the relay's outbox at o.Rate per second from
+// o.Producers connections, one row per transaction, until ctx ends, with
+// the idempotency keys the table generates (the default). Each row
+// carries its sequence number in its trace-id header.
+func produce(ctx context.Context, o pinOptions, c *contender) error {
+	cfg, err := pgxpool.ParseConfig(c.url)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = int32(o.Producers)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	interval := time.Duration(float64(time.Second) / o.Rate)
+	begin := time.Now()
+	var next atomic.Int64
+	errs := make(chan error, o.Producers)
+	var wg sync.WaitGroup
+	const insert = "INSERT INTO outbox.messages (topic, payload, headers) VALUES ($1, $2, $3::jsonb)"
+	for range o.Producers {
+		wg.Go(func() {
+			for {
+				seq := next.Add(1)
+				if int(seq) >= len(c.receipts.commit) {
+					return
+				}
+				if d := time.Until(begin.Add(time.Duration(seq-1) * interval)); d > 0 {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(d):
+					}
+				}
+				hdr := map[string]string{"event-type": "order.created", "trace-id": strconv.FormatInt(seq, 16)}
+				if _, err := pool.Exec(ctx, insert, pinTopic, bench.Payload(seq, o.PayloadBytes), hdr); err != nil {
+					if ctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				c.receipts.committed(int(seq), time.Now())
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// histogram is the claim histogram of a relay's /metrics, its series
+// summed.
+type histogram struct {
+	count, sum float64
+	buckets    map[float64]float64 // upper bound -> cumulative count
+}
+
+// scrapeClaims reads outbox_relay_claim_duration_seconds from a relay's
+// /metrics (the text format).
+func scrapeClaims(ctx context.Context, url string) (histogram, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return histogram{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return histogram{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return histogram{}, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return parseClaimHistogram(resp.Body)
+}
+
+func parseClaimHistogram(r io.Reader) (histogram, error) {
+	const name = "outbox_relay_claim_duration_seconds"
+	h := histogram{buckets: map[float64]float64{}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(rest, "_bucket{"):
+			_, le, ok := strings.Cut(rest, `le="`)
+			if !ok {
+				continue
+			}
+			le, _, _ = strings.Cut(le, `"`)
+			bound, err := strconv.ParseFloat(le, 64)
+			if err == nil {
+				h.buckets[bound] += v
+			}
+		case strings.HasPrefix(rest, "_sum"):
+			h.sum += v
+		case strings.HasPrefix(rest, "_count"):
+			h.count += v
+		}
+	}
+	if len(h.buckets) == 0 {
+		return h, fmt.Errorf("no %s in the metrics", name)
+	}
+	return h, sc.Err()
+}
+
+// minus is the histogram of the observations since prev.
+func (h histogram) minus(prev histogram) histogram {
+	d := histogram{count: h.count - prev.count, sum: h.sum - prev.sum, buckets: map[float64]float64{}}
+	for b, n := range h.buckets {
+		d.buckets[b] = n - prev.buckets[b]
+	}
+	return d
+}
+
+// quantile estimates the q-quantile as Prometheus's histogram_quantile
+// does: linearly within the bucket that holds it.
+func (h histogram) quantile(q float64) float64 {
+	if h.count <= 0 {
+		return math.NaN()
+	}
+	bounds := make([]float64, 0, len(h.buckets))
+	for b := range h.buckets {
+		bounds = append(bounds, b)
+	}
+	slices.Sort(bounds)
+	rank := q * h.count
+	lower, below := 0.0, 0.0
+	for _, b := range bounds {
+		if c := h.buckets[b]; c >= rank && c > below {
+			if math.IsInf(b, 1) {
+				return b // past the last finite bound: unknown how far
+			}
+			return lower + (b-lower)*(rank-below)/(c-below)
+		}
+		lower, below = b, h.buckets[b]
+	}
+	return lower
+}
+
+// lastBound is the largest finite bucket bound.
+func (h histogram) lastBound() float64 {
+	var last float64
+	for b := range h.buckets {
+		if !math.IsInf(b, 1) {
+			last = max(last, b)
+		}
+	}
+	return last
+}
+
+// claimP99 is the claim p99, "> 5000 ms" when past the last bucket.
+func (s pinSample) claimP99() string {
+	if s.ClaimP99AboveBuckets {
+		return "> " + optMs(s.ClaimP99Ms)
+	}
+	return optMs(s.ClaimP99Ms)
+}
+
+// sampleAll takes a sample of every contender: the interval since the
+// previous one. A sample at zero sets the baseline and records nothing.
+// With w set, each contender's line is printed.
+func sampleAll(ctx context.Context, admin *pgxpool.Pool, cs []*contender, after time.Duration, pinHeld bool, w io.Writer) error {
+	stmts, err := claimStatements(ctx, admin, cs)
+	if err != nil {
+		return fmt.Errorf("read pg_stat_statements: %w", err)
+	}
+	if w != nil {
+		fmt.Fprintf(w, "after %s (load %s)\n", after.Round(time.Second), loadavg())
+	}
+	for _, c := range cs {
+		cur := stmts[c.DB]
+		err := c.stats.QueryRow(ctx, `
+SELECT h.n_dead_tup, h.n_live_tup, h.n_tup_ins, a.n_tup_ins,
+       (SELECT coalesce(max(age(backend_xmin)), 0) FROM pg_catalog.pg_stat_activity WHERE datname = current_database())
+  FROM pg_catalog.pg_stat_user_tables AS h, pg_catalog.pg_stat_user_tables AS a
+ WHERE h.schemaname = $1 AND h.relname = $2 AND a.schemaname = $1 AND a.relname = $3`,
+			c.hotSchema, c.hot, c.archived).Scan(&cur.dead, &cur.live, &cur.hotIns, &cur.archIns, &cur.xminAge)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) { // refloop makes its tables once started
+			return fmt.Errorf("%s: table statistics: %w", c.Name, err)
+		}
+		var claimP99, receiptP99 *float64
+		var above bool
+		if c.Kind == "relay" {
+			if cur.hist, err = scrapeClaims(ctx, c.metrics); err != nil {
+				return fmt.Errorf("%s: %w", c.Name, err)
+			}
+			if after > 0 {
+				d := cur.hist.minus(c.prev.hist)
+				if q := d.quantile(0.99); !math.IsNaN(q) {
+					if math.IsInf(q, 1) {
+						q, above = d.lastBound(), true
+					}
+					q *= 1000
+					claimP99 = &q
+				}
+			}
+			receiptP99 = c.receipts.take()
+		}
+		prev := c.prev
+		c.prev = cur
+		if after == 0 {
+			continue
+		}
+		s := pinSample{
+			AfterS: after.Round(time.Second).Seconds(), PinHeld: pinHeld,
+			DeadTuples: cur.dead, RowsInTable: cur.live, XminAge: cur.xminAge,
+			Produced: max(cur.hotIns-prev.hotIns, 0), Delivered: max(cur.archIns-prev.archIns, 0),
+			Claims:     max(cur.calls-prev.calls, 0),
+			ClaimP99Ms: claimP99, ClaimP99AboveBuckets: above, CommitReceiptP99Ms: receiptP99,
+		}
+		if s.Claims > 0 {
+			s.ClaimMeanMs = max(cur.execMs-prev.execMs, 0) / float64(s.Claims)
+			s.BuffersPerClaim = float64(max(cur.blocks-prev.blocks, 0)) / float64(s.Claims)
+		}
+		c.Samples = append(c.Samples, s)
+		if w != nil {
+			fmt.Fprintf(w, "  %-16s %s\n", c.Name, s.line())
+		}
+	}
+	return nil
+}
+
+// claimStatements sums, per database of cs, the calls, execution time and
+// shared buffers (hit and read) of its claim statements.
+func claimStatements(ctx context.Context, admin *pgxpool.Pool, cs []*contender) (map[string]counters, error) {
+	var dbs []string
+	for _, c := range cs {
+		dbs = append(dbs, c.DB)
+	}
+	rows, err := admin.Query(ctx, `
+SELECT d.datname, s.query, s.calls, s.total_exec_time, s.shared_blks_hit + s.shared_blks_read
+  FROM pg_stat_statements AS s JOIN pg_catalog.pg_database AS d ON d.oid = s.dbid
+ WHERE d.datname = ANY ($1)`, dbs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]counters{}
+	for rows.Next() {
+		var db, query string
+		var calls, blocks int64
+		var ms float64
+		if err := rows.Scan(&db, &query, &calls, &ms, &blocks); err != nil {
+			return nil, err
+		}
+		if isClaimStatement(query) {
+			c := out[db]
+			c.calls += calls
+			c.execMs += ms
+			c.blocks += blocks
+			out[db] = c
+		}
+	}
+	return out, rows.Err()
+}
+
+// mean is the claim mean, or a dash for an interval without claims.
+func (s pinSample) mean() string {
+	if s.Claims == 0 {
+		return "—"
+	}
+	return ms(s.ClaimMeanMs)
+}
+
+func (s pinSample) line() string {
+	l := fmt.Sprintf("dead %7s  rows %7s  produced %6s  delivered %6s  claims %6d  mean %9s  buffers/claim %7s",
+		count(s.DeadTuples), count(s.RowsInTable), count(s.Produced), count(s.Delivered), s.Claims, s.mean(), count(int64(math.Round(s.BuffersPerClaim))))
+	if s.ClaimP99Ms != nil {
+		l += "  claim p99 " + s.claimP99()
+	}
+	if s.CommitReceiptP99Ms != nil {
+		l += "  commit→receipt p99 " + ms(*s.CommitReceiptP99Ms)
+	}
+	if s.XminAge > 1000 {
+		l += "  oldest xmin age " + count(s.XminAge)
+	}
+	return l
+}
+
+// count writes n as the issue does: 832k, 1.2M.
+func count(n int64) string {
+	switch {
+	case n < 10000:
+		return strconv.FormatInt(n, 10)
+	case n < 1000000:
+		return fmt.Sprintf("%.0fk", float64(n)/1000)
+	}
+	return fmt.Sprintf("%.2fM", float64(n)/1e6)
+}
+
+func ms(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "—"
+	case v < 1:
+		return fmt.Sprintf("%.2f ms", v)
+	case v < 100:
+		return fmt.Sprintf("%.1f ms", v)
+	}
+	return fmt.Sprintf("%.0f ms", v)
+}
+
+func optMs(v *float64) string {
+	if v == nil {
+		return "—"
+	}
+	return ms(*v)
+}
+
+// printPinTables prints the issue's table (a row per sample), the
+// refloop results and the summary line with the pinned / unpinned ratios
+// of the last interval.
+func printPinTables(w io.Writer, cs []*contender, rep *pinReport) {
+	find := func(name string) *contender {
+		for _, c := range cs {
+			if c.Name == name {
+				return c
+			}
+		}
+		return nil
+	}
+	un, pn, ref := find("relay unpinned"), find("relay pinned"), find("refloop pinned")
+	fmt.Fprintf(w, "\nload before %s, after %s; %s; PostgreSQL %s\n\n", rep.LoadBefore, rep.LoadAfter, rep.Version, rep.Server)
+	fmt.Fprintln(w, "| after | unpinned: dead tuples / claim mean | pinned: dead tuples / claim mean / buffers per claim | ideal loop pinned: claim mean | claim p99 unpinned / pinned | commit→receipt p99 unpinned / pinned |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- |")
+	for i := range un.Samples {
+		u, p := un.Samples[i], pn.Samples[i]
+		refMean := "—"
+		if ref != nil && i < len(ref.Samples) {
+			refMean = ref.Samples[i].mean()
+		}
+		fmt.Fprintf(w, "| %s | %s / %s | %s / %s / %s | %s | %s / %s | %s / %s |\n",
+			time.Duration(u.AfterS*float64(time.Second)), count(u.DeadTuples), u.mean(),
+			count(p.DeadTuples), p.mean(), count(int64(math.Round(p.BuffersPerClaim))), refMean,
+			u.claimP99(), p.claimP99(), optMs(u.CommitReceiptP99Ms), optMs(p.CommitReceiptP99Ms))
+	}
+	var rates []string
+	for _, c := range cs {
+		var n int64
+		for _, s := range c.Samples {
+			n += s.Produced
+		}
+		if len(c.Samples) > 0 {
+			rates = append(rates, fmt.Sprintf("%s %.0f", c.Name, float64(n)/c.Samples[len(c.Samples)-1].AfterS))
+		}
+	}
+	fmt.Fprintf(w, "\nrows committed per second (target %g): %s\n", rep.Options.Rate, strings.Join(rates, ", "))
+	for _, c := range cs {
+		if c.Kind == "refloop" {
+			if c.Refloop == nil {
+				fmt.Fprintf(w, "%s: did not deliver every row and print its result within the grace time\n", c.Name)
+			} else {
+				fmt.Fprintf(w, "%s: its own result: %.0f events/s, commit→ack p50 %s p99 %s, verified %v\n",
+					c.Name, c.Refloop.EventsPerSec, optMs(c.Refloop.P50ms), optMs(c.Refloop.P99ms), c.Refloop.Verified)
+			}
+		}
+	}
+	rep.SummaryLine = summaryLine(un, pn, ref)
+	fmt.Fprintln(w, "\n"+rep.SummaryLine)
+}
+
+// summaryLine compares the last interval of the pinned relay with the
+// unpinned one's, the pinned relay's last interval with its first after
+// the pin (flat is 1×), and refloop's pinned claims with the relay's.
+func summaryLine(un, pn, ref *contender) string {
+	last := len(un.Samples) - 1
+	if last < 0 || len(pn.Samples) <= last {
+		return "summary: no samples"
+	}
+	u, p := un.Samples[last], pn.Samples[last]
+	ratio := func(a, b float64) string {
+		if b <= 0 || math.IsNaN(a) || math.IsNaN(b) {
+			return "—"
+		}
+		return fmt.Sprintf("%.1f×", a/b)
+	}
+	opt := func(a, b *float64) string {
+		if a == nil || b == nil {
+			return "—"
+		}
+		return ratio(*a, *b)
+	}
+	s := fmt.Sprintf("summary after %s, pinned / unpinned: claim mean %s, claim p99 %s, commit→receipt p99 %s, dead tuples %s, buffers per claim %s",
+		time.Duration(u.AfterS*float64(time.Second)), ratio(p.ClaimMeanMs, u.ClaimMeanMs), opt(p.ClaimP99Ms, u.ClaimP99Ms),
+		opt(p.CommitReceiptP99Ms, u.CommitReceiptP99Ms), ratio(float64(p.DeadTuples), float64(u.DeadTuples)),
+		ratio(p.BuffersPerClaim, u.BuffersPerClaim))
+	if i := slices.IndexFunc(pn.Samples, func(s pinSample) bool { return s.PinHeld }); i >= 0 && i < last {
+		s += fmt.Sprintf("; pinned claim mean, last interval / first with the pin: %s", ratio(p.ClaimMeanMs, pn.Samples[i].ClaimMeanMs))
+	}
+	if ref != nil && len(ref.Samples) > last {
+		s += fmt.Sprintf("; relay pinned / refloop pinned claim mean: %s", ratio(p.ClaimMeanMs, ref.Samples[last].ClaimMeanMs))
+	}
+	return s
+}
