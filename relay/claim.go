@@ -116,11 +116,7 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 		// begins, so that a hung database cannot hold the shutdown.
 		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/4)
 		cutOff := context.AfterFunc(ctx, func() { time.AfterFunc(claimShutdownGrace, cancel) })
-		err := r.refreshFloor(claimCtx)
-		var batch []claimed
-		if err == nil {
-			batch, err = c.claim(claimCtx, claimRequest{limit: limit, bytes: bytes, oversized: oversized, closed: closed})
-		}
+		batch, err := c.claim(claimCtx, claimRequest{limit: limit, bytes: bytes, oversized: oversized, closed: closed})
 		cutOff()
 		cancel()
 		used := map[string]int{}

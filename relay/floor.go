@@ -53,11 +53,13 @@ import (
 // every floorRescanEvery a refresh starts at the oldest row, so such a row
 // waits that long at most.
 //
-// Refreshes run at most every floorEvery while claims find rows, and at
-// most every floorIdleEvery otherwise (an idle relay costs one statement a
-// second more); a claim uses the floor as it is, as any floor the relay
-// computed stays safe, only less useful, while it ages. Each refresh takes
-// a transaction id, which a claim does as well.
+// Refreshes run in a loop of their own (floorLoop), every floorEvery while
+// claims find rows and every floorIdleEvery otherwise (an idle relay costs
+// one statement a second more), so that a claim never waits for one (a
+// rescan under a pinned horizon walks every dead entry); a claim uses the
+// floor as it is, as any floor the relay computed stays safe, only less
+// useful, while it ages. Each refresh takes a transaction id, which a
+// claim does as well.
 
 const (
 	floorEvery       = 100 * time.Millisecond
@@ -250,14 +252,40 @@ func (f *claimFloor) advance(now, from time.Time, fromKnown bool, rd floorRead) 
 	return floor
 }
 
-// refreshFloor refreshes r's claim floor when a refresh is due and no other
-// claim loop is refreshing it, and reports how far the floor lies behind
-// the refresh's start (outbox_relay_claim_floor_lag_seconds).
+// floorLoop refreshes r's claim floor until ctx ends. A failed refresh
+// leaves the floor where it was (claims go on from there) and is logged
+// once, then at growing intervals while refreshes fail (reminder).
+func (r *Relay) floorLoop(ctx context.Context) {
+	t := time.NewTicker(floorEvery)
+	defer t.Stop()
+	var failing reminder
+	for {
+		err := r.refreshFloor(ctx)
+		now := time.Now()
+		switch {
+		case err == nil:
+			if !failing.since.IsZero() {
+				r.log.Info("claim floor refreshes again", "failed_for", failing.end(now).Round(time.Second))
+			}
+		case ctx.Err() != nil:
+			return
+		case failing.begin(now), failing.due(now):
+			r.log.Warn("refresh claim floor: claims go on from the last floor", "err", redactConnError(err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// refreshFloor refreshes r's claim floor when a refresh is due, and reports
+// how far the floor lies behind the refresh's start
+// (outbox_relay_claim_floor_lag_seconds).
 func (r *Relay) refreshFloor(ctx context.Context) error {
 	f := r.floor
-	if !f.refreshing.TryLock() {
-		return nil // another claim loop refreshes it
-	}
+	f.refreshing.Lock()
 	defer f.refreshing.Unlock()
 	refresh, from, fromKnown := f.due(time.Now())
 	if !refresh {

@@ -146,6 +146,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	moding.Go(func() { r.mode.run(modeCtx) })
 	var background sync.WaitGroup
 	background.Go(func() { r.statsLoop(runCtx) })
+	background.Go(func() { r.floorLoop(runCtx) })
 	background.Go(func() { r.retentionLoop(runCtx) })
 	background.Go(func() { r.failures.loop(runCtx) })
 	if r.cfg.Notify {
