@@ -65,7 +65,7 @@ func goldenStatements() map[string]map[string]string {
 			"autovacuum":             q.autovacuum,
 			"gauge_horizon":          q.horizonAge,
 			"floor":                  q.floor,
-			"claim_stats":            q.claimStats,
+			"measure_claim":          q.claimStats,
 		},
 	}
 }
