@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/natstest"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // In every mode, two relay processes deliver while a session pins the
@@ -30,6 +31,9 @@ func TestProcess_PinnedHorizonLateWritersLoseNothing(t *testing.T) {
 			srv := natstest.Start(t)
 			srv.CreateStream(t, "EVENTS", "events.>")
 			ctx := context.Background()
+			// The schema is in the mode already: a switch waits for the
+			// writers below, which hold their transactions open.
+			db.SetMode(t, outbox.Mode(mode))
 
 			pin := db.Conn(t)
 			pinTx, err := pin.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
@@ -47,9 +51,12 @@ func TestProcess_PinnedHorizonLateWritersLoseNothing(t *testing.T) {
 			}
 
 			insert := func(tx pgx.Tx, who string, i int) {
+				// Keys of their own: a row waiting behind an older row of its
+				// key holds the floor back (it is due and unclaimed), which
+				// this test is not about.
 				var key any
 				if i%3 == 0 {
-					key = fmt.Sprintf("%s-%d", who, i%50)
+					key = fmt.Sprintf("%s-%d", who, i)
 				}
 				if _, err := tx.Exec(ctx, "INSERT INTO "+db.Table("messages")+" (topic, payload, key) VALUES ($1, $2, $3)",
 					"events."+who, fmt.Sprintf("%s %d", who, i), key); err != nil {
