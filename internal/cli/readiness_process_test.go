@@ -21,12 +21,25 @@ func TestProcess_ReadyzDoesNotFlapBetweenBreakerPauses(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	rcv := webhooktest.NewReceiver(t)
+	// The endpoint answers no request until the end of the test: every
+	// connection is closed at once. The test holds the address all along
+	// (a closed port may be taken by a parallel test's server).
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	l.Close() // nothing listens there until the end of the test
+	refusing := make(chan struct{})
+	go func() {
+		defer close(refusing)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return // the listener is handed to the server below
+			}
+			c.Close()
+		}
+	}()
 
 	p := startProcess(t,
 		"DATABASE_URL="+db.URL, "RELAY_SCHEMA="+db.Name,
@@ -59,16 +72,11 @@ func TestProcess_ReadyzDoesNotFlapBetweenBreakerPauses(t *testing.T) {
 	}
 
 	// The endpoint comes up on the same address.
-	var srv *httptest.Server
-	waitfor.Condition(t, 10*time.Second, "the address to be free", func() bool {
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return false
-		}
-		srv = &httptest.Server{Listener: l, Config: &http.Server{Handler: rcv}}
-		srv.Start()
-		return true
-	})
+	_ = l.(*net.TCPListener).SetDeadline(time.Now()) // ends the refusing loop's Accept
+	<-refusing
+	_ = l.(*net.TCPListener).SetDeadline(time.Time{})
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: rcv}}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	relaytest.WaitDrained(t, db, 60*time.Second)
 	waitfor.Condition(t, 10*time.Second, "/readyz to be 200 again", func() bool { return readyz() == http.StatusOK })
