@@ -17,8 +17,11 @@ import (
 // breaker pauses the sink, then lets a request through, which fails, and
 // pauses it again: /readyz stays 503 throughout, not 200 between the
 // pauses; once the endpoint answers, the rows go out and /readyz is 200.
+//
+// Not parallel: in the whole suite, beside the other process tests, /readyz
+// answered 200 within the 15 s three times this week, and never alone or
+// under CPU load; the cause is not found yet (the failure prints when).
 func TestProcess_ReadyzDoesNotFlapBetweenBreakerPauses(t *testing.T) {
-	t.Parallel()
 	db := dbtest.New(t)
 	rcv := webhooktest.NewReceiver(t)
 	// The endpoint answers no request until the end of the test: every
@@ -59,13 +62,19 @@ func TestProcess_ReadyzDoesNotFlapBetweenBreakerPauses(t *testing.T) {
 	})
 	// The breaker pauses for 1s, 2s, 4s, 8s: 15s see four of its openings.
 	var oks int
+	var first, last time.Time
 	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		if readyz() == http.StatusOK {
+			if oks == 0 {
+				first = time.Now()
+			}
 			oks++
+			last = time.Now()
 		}
 	}
 	if oks > 0 {
-		t.Errorf("/readyz answered 200 %d times while every delivery was refused", oks)
+		t.Errorf("/readyz answered 200 %d times while every delivery was refused, from %s to %s",
+			oks, first.Format(time.RFC3339Nano), last.Format(time.RFC3339Nano))
 	}
 	if n := db.Count(t, "archive"); n != 0 {
 		t.Fatalf("%d rows archived while nothing listened", n)
