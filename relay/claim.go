@@ -228,8 +228,8 @@ func (r *Relay) claimArgs(req claimRequest) pgx.StrictNamedArgs {
 
 // claimRows runs the claim statement stmt with args and returns the rows
 // it leased (readClaimed) and the keys it reports without claiming their
-// rows, and records the claim (observeClaim). A failed statement is
-// reported as what failed.
+// rows, and records the claim (observeClaim). Every error is reported once
+// as what failed.
 func (r *Relay) claimRows(ctx context.Context, stmt string, args pgx.StrictNamedArgs, limit int, what string) ([]claimed, []heldKey, error) {
 	start := time.Now()
 	var batch []claimed
@@ -290,7 +290,7 @@ func (r *Relay) readClaimed(rows pgx.Rows, limit int) (batch []claimed, held []h
 			// One row the relay cannot read must not stop the others: it
 			// is dead-lettered with the reason, the batch goes on.
 			if !readIDAndSeq(rows, &c) {
-				return nil, nil, fmt.Errorf("claim batch: read row: %w", err)
+				return nil, nil, fmt.Errorf("read row: %w", err)
 			}
 			c.unreadable = "the relay cannot read this row: " + err.Error()
 		}
@@ -311,7 +311,7 @@ func (r *Relay) readClaimed(rows pgx.Rows, limit int) (batch []claimed, held []h
 	if err := rows.Err(); err != nil {
 		// The claim may have committed before the connection failed; rows
 		// leased then come back when the lease expires.
-		return nil, nil, fmt.Errorf("claim batch: %w", err)
+		return nil, nil, err
 	}
 	slices.SortFunc(batch, func(a, b claimed) int { return cmp.Compare(a.ID, b.ID) })
 	return batch, held, nil

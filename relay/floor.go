@@ -70,10 +70,10 @@ const (
 
 // claimFloor is a relay's claim floor and what a refresh needs to move it.
 type claimFloor struct {
-	// refreshing is held by the one refresh under way: refreshes must
-	// read their snapshots in the order they advance the floor.
-	refreshing sync.Mutex
-	mu         sync.Mutex
+	// mu guards the fields below. Refreshes run one after the other (one
+	// floorLoop per relay): they must read their snapshots in the order
+	// they advance the floor.
+	mu sync.Mutex
 	// at is the floor; known is false until the first refresh, and
 	// claims then start at the oldest row.
 	at    time.Time
@@ -260,7 +260,11 @@ func (r *Relay) floorLoop(ctx context.Context) {
 	defer t.Stop()
 	var failing reminder
 	for {
-		err := r.refreshFloor(ctx)
+		// A refresh stuck on a lock or a dead connection gives up after a
+		// lease, as claims give up after a quarter of one.
+		rctx, cancel := context.WithTimeout(ctx, r.cfg.Lease)
+		err := r.refreshFloor(rctx)
+		cancel()
 		now := time.Now()
 		switch {
 		case err == nil:
@@ -285,8 +289,6 @@ func (r *Relay) floorLoop(ctx context.Context) {
 // (outbox_relay_claim_floor_lag_seconds).
 func (r *Relay) refreshFloor(ctx context.Context) error {
 	f := r.floor
-	f.refreshing.Lock()
-	defer f.refreshing.Unlock()
 	refresh, from, fromKnown := f.due(time.Now())
 	if !refresh {
 		return nil
