@@ -88,7 +88,8 @@ type claimRequest struct {
 func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c claimer, health *claimHealth) {
 	failures := 0
 	var failing reminder
-	var lastRows time.Time // when a claim last found rows
+	var lastRows time.Time     // when a claim last found rows
+	idle := r.cfg.PollInterval // the next pause after an empty claim
 	for ctx.Err() == nil {
 		// Taken before the claim: a notification during the claim ends the
 		// pause after it.
@@ -158,6 +159,8 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 		if len(batch) > 0 {
 			lastRows = time.Now()
 			r.floor.found()
+			idle = r.cfg.PollInterval
+			r.idlePause.Store(int64(idle))
 		}
 		switch {
 		case len(batch) == limit:
@@ -169,9 +172,24 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 		case c.eagerPause != nil && time.Since(lastRows) < r.cfg.PollInterval:
 			pause(ctx, jittered(c.eagerPause()), c.wake, notified)
 		default:
-			pause(ctx, jittered(r.cfg.PollInterval), c.wake, notified)
+			// Nothing found: the pauses grow while nothing is found, up to
+			// IdlePollInterval, so that an idle outbox costs little.
+			pause(ctx, jittered(idle), c.wake, notified)
+			idle = min(2*idle, r.idlePollCap())
+			r.idlePause.Store(int64(idle))
 		}
 	}
+}
+
+// idlePollCap is the longest pause after empty claims: IdlePollInterval,
+// or ten times it while notifications arrive, as an insert then wakes the
+// loops at once. Without backoff (IdlePollInterval = PollInterval) it
+// stays PollInterval.
+func (r *Relay) idlePollCap() time.Duration {
+	if r.cfg.IdlePollInterval > r.cfg.PollInterval && r.notify != nil && r.notify.listening() {
+		return 10 * r.cfg.IdlePollInterval
+	}
+	return r.cfg.IdlePollInterval
 }
 
 // sinkStates splits the sinks into those whose rows must not be claimed now

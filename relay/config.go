@@ -70,6 +70,12 @@ type Config struct {
 	// the pause is a tenth of it, and after a full one there is none.
 	// Default PollIntervalDefault.
 	PollInterval time.Duration
+	// IdlePollInterval is the longest pause between the claims of a loop
+	// that keeps finding nothing (RELAY_IDLE_POLL_INTERVAL): the pause after
+	// an empty claim doubles from PollInterval up to it, and up to ten times
+	// it while notifications arrive (Notify). Default PollInterval: no
+	// backoff.
+	IdlePollInterval time.Duration
 	// Lease is how long a claim holds its rows (RELAY_LEASE); deliveries are
 	// cut off before it ends. Default LeaseDefault.
 	Lease time.Duration
@@ -86,6 +92,10 @@ type Config struct {
 	// over alone when notifications cannot arrive (a transaction-pooling
 	// PgBouncer).
 	Notify bool
+	// Listener, with Notify, is the database's shared listening connection
+	// (NewListener), for a process that runs relays on several schemas of
+	// one database. Nil: the relay listens on a connection of its own.
+	Listener *Listener
 	// MaxAttempts is the number of deliveries before a row goes to the dead
 	// letters (RELAY_MAX_ATTEMPTS). Default MaxAttemptsDefault.
 	MaxAttempts int
@@ -142,6 +152,7 @@ func (c Config) withDefaults() Config {
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, 4*c.BatchSize)
 	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, MaxInFlightBytesDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.IdlePollInterval = max(c.IdlePollInterval, c.PollInterval)
 	c.Lease = cmp.Or(c.Lease, LeaseDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.BackoffMin = cmp.Or(c.BackoffMin, BackoffMinDefault)

@@ -54,8 +54,9 @@ import (
 // waits that long at most.
 //
 // Refreshes run in a loop of their own (floorLoop), every floorEvery while
-// claims find rows and every floorIdleEvery otherwise (an idle relay costs
-// one statement a second more), so that a claim never waits for one (a
+// claims find rows and every floorIdleEvery otherwise, or as rarely as an
+// idle relay claims (Config.IdlePollInterval): an idle relay costs one
+// statement a second more at most, so that a claim never waits for one (a
 // rescan under a pinned horizon walks every dead entry); a claim uses the
 // floor as it is, as any floor the relay computed stays safe, only less
 // useful, while it ages. Each refresh takes a transaction id, which a
@@ -175,10 +176,10 @@ func (f *claimFloor) found() {
 
 // due reports whether a refresh is due at now, and the floor it starts
 // from: -infinity (ok false) for the first refresh and for a rescan.
-func (f *claimFloor) due(now time.Time) (refresh bool, from time.Time, ok bool) {
+func (f *claimFloor) due(now time.Time, idle time.Duration) (refresh bool, from time.Time, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	every := floorIdleEvery
+	every := max(floorIdleEvery, idle)
 	if f.busy {
 		every = floorEvery
 	}
@@ -289,7 +290,7 @@ func (r *Relay) floorLoop(ctx context.Context) {
 // (outbox_relay_claim_floor_lag_seconds).
 func (r *Relay) refreshFloor(ctx context.Context) error {
 	f := r.floor
-	refresh, from, fromKnown := f.due(time.Now())
+	refresh, from, fromKnown := f.due(time.Now(), time.Duration(r.idlePause.Load()))
 	if !refresh {
 		return nil
 	}

@@ -75,7 +75,7 @@ func TestClaimFloor_Advance(t *testing.T) {
 	if c := g.current(); c.InfinityModifier >= 0 {
 		t.Errorf("current = %+v, want -infinity", c)
 	}
-	if refresh, _, known := g.due(at(9000).Add(floorIdleEvery)); !refresh || known {
+	if refresh, _, known := g.due(at(9000).Add(floorIdleEvery), 0); !refresh || known {
 		t.Errorf("after going back to any time: due = %v, %v; want a refresh from the oldest row", refresh, known)
 	}
 }
@@ -84,19 +84,19 @@ func TestClaimFloor_Advance(t *testing.T) {
 func TestClaimFloor_Due(t *testing.T) {
 	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	f := &claimFloor{seen: map[uint64]time.Time{}}
-	if refresh, _, known := f.due(t0); !refresh || known {
+	if refresh, _, known := f.due(t0, 0); !refresh || known {
 		t.Fatalf("first due = %v, %v; want a refresh from the oldest row", refresh, known)
 	}
 	f.advance(t0.Add(-floorIdleEvery), time.Time{}, false, floorRead{start: t0.Add(-floorIdleEvery), snapshot: pgSnapshot{xmin: 1, xmax: 1}, mark: 1})
 	f.advance(t0, f.at, true, floorRead{start: t0, snapshot: pgSnapshot{xmin: 1, xmax: 1}, mark: 2})
-	if refresh, _, _ := f.due(t0.Add(floorEvery)); refresh {
+	if refresh, _, _ := f.due(t0.Add(floorEvery), 0); refresh {
 		t.Error("idle: refreshed after floorEvery, want floorIdleEvery")
 	}
 	f.found()
-	if refresh, from, known := f.due(t0.Add(floorEvery)); !refresh || !known || !from.Equal(t0.Add(-floorIdleEvery)) {
+	if refresh, from, known := f.due(t0.Add(floorEvery), 0); !refresh || !known || !from.Equal(t0.Add(-floorIdleEvery)) {
 		t.Errorf("busy: due = %v, %v, %v; want a refresh from the floor", refresh, from, known)
 	}
-	if refresh, _, known := f.due(t0.Add(-floorIdleEvery).Add(floorRescanEvery)); !refresh || known {
+	if refresh, _, known := f.due(t0.Add(-floorIdleEvery).Add(floorRescanEvery), 0); !refresh || known {
 		t.Errorf("after floorRescanEvery: due = %v, %v; want a rescan from the oldest row", refresh, known)
 	}
 }

@@ -218,6 +218,15 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 	return nil
 }
 
+// Unregister removes every collector from reg, as when the outbox they
+// measure is no longer served.
+func (m *Metrics) Unregister(reg prometheus.Registerer) {
+	v := reflect.ValueOf(m).Elem()
+	for i := range v.NumField() {
+		reg.Unregister(v.Field(i).Interface().(prometheus.Collector))
+	}
+}
+
 // exportSeries creates the series a relay with sinks reports before it has
 // anything to count, so that rates and alerts work before the first event.
 func (m *Metrics) exportSeries(sinks []string) {

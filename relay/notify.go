@@ -3,19 +3,26 @@ package relay
 import (
 	"context"
 	"crypto/md5"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Opt-in wake-up (Config.Notify): the relay LISTENs on a dedicated
-// connection for the NOTIFY that the messages_notify trigger sends for every
-// inserting statement, and wakes every claim loop at once. Polling goes on:
-// a notification only shortens the wait.
+// Opt-in wake-up (Config.Notify): a Listener LISTENs on one dedicated
+// connection per database for the NOTIFY that each schema's messages_notify
+// trigger sends for every inserting statement, and wakes the claim loops of
+// that schema's relay at once. Polling goes on: a notification only
+// shortens the wait, and a relay whose listener lost its connection is
+// woken, as inserts may have gone unheard.
 
 // notifyProbeTimeout is how long the relay waits for its own probe
 // notification before concluding that notifications cannot arrive.
@@ -51,25 +58,108 @@ func (b *broadcast) wake() {
 	b.ch = make(chan struct{})
 }
 
-// listenLoop listens for notifications until ctx ends, waking the claim
-// loops on each, and re-listens after a lost connection. When notifications
-// cannot arrive (LISTEN refused, or the relay's own probe never comes back,
-// as behind a transaction-pooling PgBouncer) it warns once and leaves the
-// relay to polling.
-func (r *Relay) listenLoop(ctx context.Context) {
-	channel := notifyChannel(r.cfg.Schema)
+// Listener is one database's listening connection (RELAY_NOTIFY): it
+// LISTENs on the channel of every schema whose relay subscribed, and wakes
+// that relay's claim loops on each notification. Relays on several schemas
+// of one database share one (Config.Listener); a relay without one runs its
+// own.
+type Listener struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	// probe is this listener's own payload on probeChannel.
+	probe string
+
+	mu sync.Mutex
+	// subs wakes, by channel, the relay of each subscribed schema; changed
+	// tells the connection to LISTEN to (or UNLISTEN from) its channels.
+	subs    map[string]*subscription
+	changed chan struct{}
+	// ok is set while the connection listens and its probe came back.
+	ok atomic.Bool
+}
+
+// subscription is a schema's relay's: the broadcast that wakes its claim
+// loops.
+type subscription struct {
+	schema string
+	b      *broadcast
+}
+
+// probeChannel carries listeners' probes: a notification sent through
+// another connection must come back on the listening one.
+const probeChannel = "outbox_relay_probe"
+
+// listenWait is how long the listening connection waits for a notification
+// before it looks for new subscriptions.
+const listenWait = time.Second
+
+// NewListener returns a listener on pool's database. Run it with Run.
+func NewListener(pool *pgxpool.Pool, log *slog.Logger) *Listener {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return &Listener{pool: pool, log: log, probe: "probe-" + hex.EncodeToString(b),
+		subs: map[string]*subscription{}, changed: make(chan struct{}, 1)}
+}
+
+// subscribe returns the broadcast that notifications for schema wake, and
+// the function that ends the subscription.
+func (l *Listener) subscribe(schema string) (*broadcast, func()) {
+	channel := notifyChannel(schema)
+	sub := &subscription{schema: schema, b: newBroadcast()}
+	l.mu.Lock()
+	l.subs[channel] = sub
+	l.mu.Unlock()
+	l.poke()
+	return sub.b, func() {
+		l.mu.Lock()
+		if l.subs[channel] == sub {
+			delete(l.subs, channel)
+		}
+		l.mu.Unlock()
+		l.poke()
+	}
+}
+
+// poke tells the connection that the subscriptions changed.
+func (l *Listener) poke() {
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+// listening reports whether notifications arrive: the connection listens
+// and its probe came back.
+func (l *Listener) listening() bool { return l.ok.Load() }
+
+// wakeAll wakes every subscribed relay: notifications may have been missed.
+func (l *Listener) wakeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, sub := range l.subs {
+		sub.b.wake()
+	}
+}
+
+// Run listens until ctx ends, and listens again after a lost connection.
+// When notifications cannot arrive (LISTEN refused, or the probe never
+// comes back, as behind a transaction-pooling PgBouncer) it warns once and
+// returns, leaving the relays to polling.
+func (l *Listener) Run(ctx context.Context) {
 	wait := time.Second
 	for ctx.Err() == nil {
-		err := r.listen(ctx, channel)
+		err := l.listen(ctx)
+		l.ok.Store(false)
+		l.wakeAll()
 		if ctx.Err() != nil {
 			return
 		}
 		var unusable *notifyUnusableError
 		if errors.As(err, &unusable) {
-			r.log.Warn("RELAY_NOTIFY: notifications cannot reach this relay; it relies on polling (RELAY_POLL_INTERVAL)", "reason", unusable.reason)
+			l.log.Warn("RELAY_NOTIFY: notifications cannot reach this relay; it relies on polling (RELAY_POLL_INTERVAL)", "reason", unusable.reason)
 			return
 		}
-		r.log.Warn("RELAY_NOTIFY: listening failed; polling meanwhile, listening again", "err", redactConnError(err), "retry_in", wait)
+		l.log.Warn("RELAY_NOTIFY: listening failed; polling meanwhile, listening again", "err", redactConnError(err), "retry_in", wait)
 		sleep(ctx, wait)
 		wait = min(2*wait, 30*time.Second)
 	}
@@ -80,50 +170,126 @@ type notifyUnusableError struct{ reason string }
 
 func (e *notifyUnusableError) Error() string { return e.reason }
 
-// listen holds a dedicated connection listening on channel, probes that a
-// notification comes back, and wakes the claimers on each until the
-// connection fails or ctx ends.
-func (r *Relay) listen(ctx context.Context, channel string) error {
-	pc, err := r.pool.Acquire(ctx)
+// listen holds a dedicated connection, LISTENs on the probe's channel and
+// every subscribed one, checks that its probe comes back, and wakes the
+// subscribers on each notification until the connection fails or ctx ends.
+func (l *Listener) listen(ctx context.Context) error {
+	pc, err := l.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire a connection to listen on: %w", err)
 	}
 	conn := pc.Hijack() // dedicated: never returned to the pool
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{probeChannel}.Sanitize()); err != nil {
 		return &notifyUnusableError{reason: "LISTEN was refused: " + redactConnError(err)}
 	}
-	// The probe: a notification sent through another connection must come
-	// back on this one. Behind a transaction-pooling PgBouncer LISTEN
-	// succeeds but its session is gone with the transaction.
-	probe := "probe-" + r.cfg.ID
-	if _, err := r.pool.Exec(ctx, "SELECT pg_notify($1, $2)", channel, probe); err != nil {
+	listened := map[string]bool{}
+	if err := l.sync(ctx, conn, listened); err != nil {
+		return err
+	}
+	// Behind a transaction-pooling PgBouncer LISTEN succeeds but its
+	// session is gone with the transaction: the probe never comes back.
+	if _, err := l.pool.Exec(ctx, "SELECT pg_notify($1, $2)", probeChannel, l.probe); err != nil {
 		return fmt.Errorf("send the probe notification: %w", err)
 	}
-	probeCtx, cancel := context.WithTimeout(ctx, notifyProbeTimeout)
-	for {
-		n, err := conn.WaitForNotification(probeCtx)
-		if err != nil {
-			cancel()
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if probeCtx.Err() != nil {
-				return &notifyUnusableError{reason: fmt.Sprintf("the relay's own probe notification did not come back within %s (a transaction-pooling PgBouncer cannot carry LISTEN)", notifyProbeTimeout)}
-			}
+	probeBy := time.Now().Add(notifyProbeTimeout)
+	for !l.ok.Load() {
+		waitCtx, cancel := context.WithDeadline(ctx, probeBy)
+		n, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && pgconn.Timeout(err):
+			return &notifyUnusableError{reason: fmt.Sprintf("the relay's own probe notification did not come back within %s (a transaction-pooling PgBouncer cannot carry LISTEN)", notifyProbeTimeout)}
+		case err != nil:
 			return err
+		case n.Channel == probeChannel && n.Payload == l.probe:
+			l.ok.Store(true)
+		default:
+			l.deliver(n.Channel) // an insert that committed while probing
 		}
-		if n.Payload == probe {
-			break
-		}
-		r.notified.wake() // an insert that committed while probing
 	}
-	cancel()
-	r.log.Info("RELAY_NOTIFY: listening for inserts", "channel", channel)
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
+	l.mu.Lock()
+	for ch := range listened {
+		if sub := l.subs[ch]; sub != nil {
+			l.log.Info("RELAY_NOTIFY: listening for inserts", "schema", sub.schema, "channel", ch)
 		}
-		r.notified.wake()
+	}
+	l.mu.Unlock()
+	// Whatever was inserted before the connection listened is found by
+	// the claims this wakes.
+	l.wakeAll()
+	for {
+		waitCtx, cancel := context.WithTimeout(ctx, listenWait)
+		n, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && pgconn.Timeout(err):
+		case err != nil:
+			return err
+		default:
+			l.deliver(n.Channel)
+		}
+		select {
+		case <-l.changed:
+			if err := l.sync(ctx, conn, listened); err != nil {
+				return err
+			}
+		default:
+		}
+	}
+}
+
+// sync LISTENs on every subscribed channel not yet listened to, and
+// UNLISTENs from those no longer subscribed, recording them in listened.
+func (l *Listener) sync(ctx context.Context, conn *pgx.Conn, listened map[string]bool) error {
+	l.mu.Lock()
+	var add, drop []string
+	for ch := range l.subs {
+		if !listened[ch] {
+			add = append(add, ch)
+		}
+	}
+	announce := l.ok.Load()
+	for ch := range listened {
+		if l.subs[ch] == nil {
+			drop = append(drop, ch)
+		}
+	}
+	l.mu.Unlock()
+	for _, ch := range add {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return fmt.Errorf("listen on %s: %w", ch, err)
+		}
+		listened[ch] = true
+		// Inserts before the LISTEN went unheard: the relay claims once.
+		l.mu.Lock()
+		if sub := l.subs[ch]; sub != nil {
+			if announce {
+				l.log.Info("RELAY_NOTIFY: listening for inserts", "schema", sub.schema, "channel", ch)
+			}
+			sub.b.wake()
+		}
+		l.mu.Unlock()
+	}
+	for _, ch := range drop {
+		if _, err := conn.Exec(ctx, "UNLISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return fmt.Errorf("stop listening on %s: %w", ch, err)
+		}
+		delete(listened, ch)
+	}
+	return nil
+}
+
+// deliver wakes the relay subscribed to channel.
+func (l *Listener) deliver(channel string) {
+	l.mu.Lock()
+	sub := l.subs[channel]
+	l.mu.Unlock()
+	if sub != nil {
+		sub.b.wake()
 	}
 }

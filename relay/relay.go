@@ -56,8 +56,14 @@ type Relay struct {
 	// watches follow each sink's availability and deliveries (watch.go).
 	watches map[string]*sinkWatch
 	// notified wakes every claim loop when a producer inserted
-	// (Config.Notify; notify.go).
-	notified *broadcast
+	// (Config.Notify; notify.go), through notify, the database's listener
+	// (nil without Notify); ownListener is set when the relay runs it.
+	notified    *broadcast
+	notify      *Listener
+	ownListener bool
+	// idlePause is the claim loops' current pause after an empty claim
+	// (claimLoop), which paces the floor's refreshes while idle.
+	idlePause atomic.Int64
 	// failures gathers each sink's failed deliveries for the log
 	// (failureLogs.loop).
 	failures *failureLogs
@@ -82,7 +88,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		return nil, fmt.Errorf("relay config: %w", err)
 	}
 	cfg.Metrics.exportSeries(slices.Collect(maps.Keys(cfg.Sinks)))
-	log := cfg.Logger.With("relay_id", cfg.ID)
+	log := cfg.Logger.With("relay_id", cfg.ID, "schema", cfg.Schema)
 	r := &Relay{
 		cfg:      cfg,
 		pool:     pool,
@@ -94,6 +100,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		notified: newBroadcast(),
 		failures: newFailureLogs(log, cfg.Sinks),
 		floor:    &claimFloor{seen: map[uint64]time.Time{}},
+	}
+	r.idlePause.Store(int64(cfg.PollInterval))
+	if cfg.Notify {
+		r.notify = cfg.Listener
+		if r.notify == nil {
+			r.notify, r.ownListener = NewListener(pool, log), true
+		}
 	}
 	if cfg.TracerProvider != nil {
 		r.tracer = cfg.TracerProvider.Tracer(tracerName, trace.WithInstrumentationVersion(cfg.Version))
@@ -149,8 +162,13 @@ func (r *Relay) Run(ctx context.Context) error {
 	background.Go(func() { r.floorLoop(runCtx) })
 	background.Go(func() { r.retentionLoop(runCtx) })
 	background.Go(func() { r.failures.loop(runCtx) })
-	if r.cfg.Notify {
-		background.Go(func() { r.listenLoop(runCtx) })
+	if r.notify != nil {
+		notified, unsubscribe := r.notify.subscribe(r.cfg.Schema)
+		defer unsubscribe()
+		r.notified = notified
+		if r.ownListener {
+			background.Go(func() { r.notify.Run(runCtx) })
+		}
 	}
 	background.Go(func() {
 		if err := r.heartbeatLoop(runCtx); err != nil {
@@ -159,7 +177,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	})
 
-	r.log.Info("relay started", "schema", r.cfg.Schema, "mode", r.cfg.Mode, "sinks", slices.Sorted(maps.Keys(r.cfg.Sinks)),
+	r.log.Info("relay started", "mode", r.cfg.Mode, "sinks", slices.Sorted(maps.Keys(r.cfg.Sinks)),
 		"default_sink", r.cfg.DefaultSink, "batch_size", r.cfg.BatchSize, "lease", r.cfg.Lease)
 	checkAutovacuum(runCtx, r.pool, r.q.autovacuum, r.cfg.Schema, r.log)
 	var claiming sync.WaitGroup

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"gopkg.in/yaml.v3"
@@ -147,6 +148,20 @@ func (r *recordingRegisterer) MustRegister(cs ...prometheus.Collector) {
 			panic(err)
 		}
 	}
+}
+
+// registerMetrics registers what /metrics serves for one outbox: the
+// process's collectors and one relay's.
+func registerMetrics(reg prometheus.Registerer) (*relay.Metrics, *prometheus.GaugeVec, error) {
+	problems, err := registerProcessMetrics(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := relay.NewMetrics()
+	if err := m.Register(reg); err != nil {
+		return nil, nil, err
+	}
+	return m, problems, nil
 }
 
 // servedSeries returns the series names /metrics serves, as PromQL sees them

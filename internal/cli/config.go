@@ -29,6 +29,9 @@ import (
 type config struct {
 	DatabaseURL string `env:"DATABASE_URL" redact:"may hold a password" doc:"PostgreSQL connection string (pgx: URL or key=value). Required by every command but version, help and migrate --print." allowed:"a PostgreSQL connection string"`
 	Schema      string `env:"RELAY_SCHEMA" envDefault:"outbox" doc:"Schema of the relay's tables; every statement is qualified with it." allowed:"a lower-case identifier: letters, digits, underscores, not starting with a digit, at most 63 characters"`
+	Schemas     string `env:"RELAY_SCHEMAS" doc:"Several outbox schemas of the database, served by one relay: each keeps its own mode, relays, buckets, lanes and dead letters, and its metrics carry a schema label. Replaces RELAY_SCHEMA (set one of them). docs/many-outboxes.md has the details." allowed:"a comma-separated list of lower-case identifiers, like orders,billing"`
+	SchemaMatch string `env:"RELAY_SCHEMA_MATCH" doc:"Serve every schema whose name matches this LIKE pattern and holds a migrated outbox, found again every RELAY_DISCOVER_INTERVAL: a new tenant's schema is served without a restart, a dropped one is let go. With RELAY_SCHEMAS, both are served. Schemas are never created from it: migrate each with outbox-relay migrate --schema." allowed:"a LIKE pattern (% any run, _ one character, \\ escapes), like tenant\\_%"`
+	TenantsFile string `env:"RELAY_TENANTS_FILE" doc:"A YAML file listing the outboxes of several databases (docs/many-outboxes.md): tenants: [{name, database_url or database_url_file, schemas and/or schema_match, mode}], with ${VAR} taken from the environment. Tenants sharing a database share one pool; sinks stay shared, from the environment. Replaces DATABASE_URL, RELAY_SCHEMA, RELAY_SCHEMAS and RELAY_SCHEMA_MATCH." allowed:"the path of a readable YAML file"`
 	Migrate     bool   `env:"RELAY_MIGRATE" envDefault:"true" doc:"Apply pending migrations at start, under an advisory lock (safe with several replicas). false: check the schema version and refuse to start when it is behind." allowed:"true or false"`
 	Sink        string `env:"RELAY_SINK" doc:"Sink for rows whose destination is null. Defaults to the only configured sink; required when several are configured." allowed:"the name of a configured sink"`
 	ID          string `env:"RELAY_ID" doc:"This relay's name in leases (leased_by) and logs. Default: hostname-pid." allowed:"up to 200 characters"`
@@ -48,6 +51,9 @@ type config struct {
 	ArchiveRetention time.Duration `env:"RELAY_ARCHIVE_RETENTION" envDefault:"168h" doc:"How long delivered rows stay in the archive table. 0 keeps them forever." allowed:"a duration of 0 or more, like 168h"`
 	DedupRetention   time.Duration `env:"RELAY_DEDUP_RETENTION" envDefault:"168h" doc:"How long delivered idempotency keys are remembered: a row inserted again with such a key is archived as a duplicate, not sent. 0 keeps them forever." allowed:"a duration of 0 or more, like 168h"`
 	CloudEvents      string        `env:"RELAY_CLOUDEVENTS_SOURCE" doc:"When set, every message also carries CloudEvents 1.0 binary-mode headers: ce-specversion, ce-id (the idempotency key), ce-type (the topic), ce-source (this value) and ce-time (created_at). Headers a row sets itself are kept." allowed:"a URI reference, like /orders-service or https://example.com/orders"`
+	DiscoverInterval time.Duration `env:"RELAY_DISCOVER_INTERVAL" envDefault:"10s" doc:"How often the schemas matching RELAY_SCHEMA_MATCH (or a tenant's schema_match) are looked for again." allowed:"a duration from 1s to 30s"`
+	IdlePollInterval time.Duration `env:"RELAY_IDLE_POLL_INTERVAL" doc:"Longest pause between the claims of an outbox that keeps finding nothing: the pause after an empty claim doubles from RELAY_POLL_INTERVAL up to this, so idle outboxes cost the database little; with RELAY_NOTIFY working, up to ten times this (an insert wakes the relay at once). Default: RELAY_POLL_INTERVAL (no backoff) when the relay serves one outbox, 1s when it serves several." allowed:"a duration from RELAY_POLL_INTERVAL to 1m"`
+	ReadyWhen        string        `env:"RELAY_READY_WHEN" envDefault:"all" doc:"When a relay serving several outboxes answers 200 on /readyz: all, while every outbox can do its work; any, while at least one can (or none is served). The 503's body names the outboxes that cannot." allowed:"all or any"`
 	HTTPAddr         string        `env:"RELAY_HTTP_ADDR" envDefault:":8461" emptyOK:"true" doc:"Listen address of /metrics, /livez and /readyz. Empty disables the endpoint. The default port is one no common tool uses (9090 is Prometheus's own, and the exporters' range 9100-9999 is taken); it is bound before anything else, so a conflict stops the relay before it touches the schema." allowed:"host:port, like :8461 or 127.0.0.1:0, or empty"`
 
 	NATS     natsEnv
@@ -109,7 +115,10 @@ func loadConfig(environ []string) (config, error) {
 			f.value(&c).SetString("")
 		}
 	}
-	return c, c.validate()
+	if err := c.validate(); err != nil {
+		return c, err
+	}
+	return c, c.validateOutboxes(vars["RELAY_SCHEMA"] != "")
 }
 
 // fileSuffix names a secret's twin: DATABASE_URL_FILE holds the path of a
@@ -329,6 +338,9 @@ func (c *config) validate() error {
 
 // requireDatabase checks DATABASE_URL for commands that use the database.
 func (c *config) requireDatabase() error {
+	if c.TenantsFile != "" {
+		return nil // the file names the databases (readTenantsFile checks them)
+	}
 	if c.DatabaseURL == "" {
 		return &configError{Var: "DATABASE_URL", Allowed: "a PostgreSQL connection string, like postgres://user:pass@host:5432/db"}
 	}

@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"strconv"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/outbox-relay/outbox-relay/internal/fleet"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
@@ -31,15 +33,21 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 		return err
 	}
 	s := settingsOf(&c, inv.Version)
+	if s.Outboxes, err = outboxSettingsOf(&c, inv.Environ); err != nil {
+		return err
+	}
+	databases := s.Outboxes.Databases
 	log := newLogger(s, inv.Stderr)
-	log.Info("starting outbox-relay", "version", inv.Version, "schema", s.Relay.Schema, "mode", c.mode())
+	log.Info("starting outbox-relay", "version", inv.Version, "outboxes", describeOutboxes(databases), "mode", c.mode())
 	for _, u := range unknownVariables(inv.Environ) {
 		log.Warn("unknown variable ignored: a typo?", "variable", u.Name, "did_you_mean", u.Closest)
 	}
-	warnPlaintextDatabase(log, s.DatabaseURL)
+	for _, d := range databases {
+		warnPlaintextDatabase(log, d.URL)
+	}
 
 	registry := prometheus.NewRegistry()
-	metrics, problems, err := registerMetrics(registry)
+	problems, err := registerProcessMetrics(registry)
 	if err != nil {
 		return err
 	}
@@ -52,31 +60,6 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 		defer ep.stop()
 		ep.serve(registry, log)
 		ep.starting("starting: waiting for the database")
-	}
-
-	pool, err := openPool(ctx, s.DatabaseURL, relay.PoolSize)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := waitForDatabase(ctx, pool, log); err != nil {
-		return err
-	}
-	if s.Migrate {
-		n, err := applyMigrations(ctx, pool, s.Relay.Schema)
-		if permissionDenied(err) {
-			return fmt.Errorf("apply the migrations at start (RELAY_MIGRATE=true): %w: this database user may not create or change schema %s. "+
-				"Run the relay with RELAY_MIGRATE=false, and have the schema's owner apply the migrations (at install and at every upgrade) with `outbox-relay migrate`, "+
-				"or `outbox-relay migrate --print` and your migration tool; the grants the relay needs are in migrations/least_privilege.sql (docs/security.md, Least privilege)", err, s.Relay.Schema)
-		}
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			log.Info("migrations applied", "schema", s.Relay.Schema, "num_applied", n)
-		}
-	} else if err := checkSchema(ctx, pool, s.Relay.Schema); err != nil {
-		return err
 	}
 
 	opened, closeSinks, err := openSinks(&c, s, log)
@@ -99,18 +82,29 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 	defer stopTracing()
 
 	rc := s.Relay
-	rc.Sinks, rc.Logger, rc.Metrics = opened, log, metrics
+	rc.Sinks, rc.Logger = opened, log
 	if tp != nil {
 		rc.TracerProvider = tp
 	}
-	r, err := relay.New(pool, rc)
-	if err != nil {
-		return err
-	}
+	f := fleet.New(fleet.Config{
+		Databases:     databases,
+		Relay:         rc,
+		Registerer:    registry,
+		Labelled:      s.Outboxes.Labelled,
+		DiscoverEvery: s.Outboxes.DiscoverEvery,
+		ReadyWhenAny:  s.Outboxes.ReadyWhenAny,
+		FailFast:      !s.Outboxes.Labelled,
+		OpenPool:      openPool,
+		WaitDatabase:  waitForDatabase,
+		Prepare: func(ctx context.Context, pool *pgxpool.Pool, schema string, log *slog.Logger) error {
+			return prepareSchema(ctx, pool, schema, s.Migrate, log)
+		},
+		Logger: log,
+	})
 	if ep != nil {
-		ep.setReady(r.Ready)
+		ep.setReady(f.Ready)
 	}
-	err = r.Run(ctx)
+	err = f.Run(ctx)
 	var conflict *relay.ModeConflictError
 	if errors.As(err, &conflict) {
 		name, value := "RELAY_MODE", string(c.mode())
@@ -123,29 +117,48 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 	return err
 }
 
-// registerMetrics registers everything /metrics serves on reg: the Go
-// runtime's and the process's collectors, the relay's, and the gauge of the
-// sinks' start-up checks, which it returns with the relay's. The alerting
-// rules and the dashboard under deploy/ are checked against these names.
-func registerMetrics(reg prometheus.Registerer) (*relay.Metrics, *prometheus.GaugeVec, error) {
+// prepareSchema readies an outbox's schema for its relay: with migrate
+// (RELAY_MIGRATE=true) it applies the pending migrations, else it checks
+// the schema's version.
+func prepareSchema(ctx context.Context, pool *pgxpool.Pool, schema string, migrate bool, log *slog.Logger) error {
+	if !migrate {
+		return checkSchema(ctx, pool, schema)
+	}
+	n, err := applyMigrations(ctx, pool, schema)
+	if permissionDenied(err) {
+		return fmt.Errorf("apply the migrations at start (RELAY_MIGRATE=true): %w: this database user may not create or change schema %s. "+
+			"Run the relay with RELAY_MIGRATE=false, and have the schema's owner apply the migrations (at install and at every upgrade) with `outbox-relay migrate`, "+
+			"or `outbox-relay migrate --print` and your migration tool; the grants the relay needs are in migrations/least_privilege.sql (docs/security.md, Least privilege)", err, schema)
+	}
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		log.Info("migrations applied", "num_applied", n)
+	}
+	return nil
+}
+
+// registerProcessMetrics registers what /metrics serves once per process
+// on reg: the Go runtime's and the process's collectors, and the gauge of
+// the sinks' start-up checks, which it returns. Each outbox's relay
+// metrics are registered by package fleet. The alerting rules and the
+// dashboard under deploy/ are checked against these names.
+func registerProcessMetrics(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
-		return nil, nil, fmt.Errorf("register metrics: %w", err)
+		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
-		return nil, nil, fmt.Errorf("register metrics: %w", err)
-	}
-	metrics := relay.NewMetrics()
-	if err := metrics.Register(reg); err != nil {
-		return nil, nil, fmt.Errorf("register metrics: %w", err)
+		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	problems := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "outbox_relay_sink_problem",
 		Help: "1 when a sink's start-up check found a problem with the destination's setup, by sink and problem (nats: no_stream, short_dedup_window; kafka: auth_failed, no_producer_id, no_topics; rabbitmq: no_exchange, auth_failed, vhost_refused, tls_failed).",
 	}, []string{"sink", "problem"})
 	if err := reg.Register(problems); err != nil {
-		return nil, nil, fmt.Errorf("register metrics: %w", err)
+		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	return metrics, problems, nil
+	return problems, nil
 }
 
 // openSinks opens every configured sink with its settings. The returned

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"log/slog"
+	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/fleet"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -15,6 +17,9 @@ type settings struct {
 	DatabaseURL string
 	Migrate     bool
 	HTTPAddr    string
+	// Outboxes are the databases and schemas the relay serves, and how
+	// (many-outbox settings, package fleet).
+	Outboxes outboxSettings
 	// LogLevel and LogFormat make the logger (newLogger).
 	LogLevel  slog.Level
 	LogFormat string
@@ -28,8 +33,26 @@ type settings struct {
 	Sinks map[string]any
 }
 
+// outboxSettings are the fleet's settings but its relay configuration.
+type outboxSettings struct {
+	Databases     []fleet.Database
+	Labelled      bool
+	DiscoverEvery time.Duration
+	ReadyWhenAny  bool
+}
+
+// outboxSettingsOf reads which outboxes the configuration serves (the
+// tenants file's ${VAR}s from environ).
+func outboxSettingsOf(c *config, environ []string) (outboxSettings, error) {
+	dbs, err := c.databases(environ)
+	if err != nil {
+		return outboxSettings{}, err
+	}
+	return outboxSettings{Databases: dbs, Labelled: c.several(), DiscoverEvery: c.DiscoverInterval, ReadyWhenAny: c.ReadyWhen == "any"}, nil
+}
+
 // settingsOf maps a validated configuration to the settings the binary runs
-// with.
+// with, but for the outboxes it serves (outboxSettingsOf).
 func settingsOf(c *config, version string) settings {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.LogLevel)) // validated by loadConfig
@@ -48,6 +71,7 @@ func settingsOf(c *config, version string) settings {
 			MaxInFlight:       c.MaxInFlight,
 			MaxInFlightBytes:  c.MaxInFlightBytes,
 			PollInterval:      c.PollInterval,
+			IdlePollInterval:  c.idlePollInterval(),
 			Lease:             c.Lease,
 			Mode:              c.mode(),
 			Notify:            c.Notify,

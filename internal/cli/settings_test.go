@@ -42,6 +42,12 @@ var sampleValues = map[string]string{
 	"DATABASE_URL":                       "postgres://relay@db.internal:5432/other",
 	"RELAY_SCHEMA":                       "events_outbox",
 	"RELAY_MIGRATE":                      "false",
+	"RELAY_SCHEMAS":                      "orders,billing",
+	"RELAY_SCHEMA_MATCH":                 `tenant\_%`,
+	"RELAY_TENANTS_FILE":                 "$SAMPLES/tenants.yaml",
+	"RELAY_DISCOVER_INTERVAL":            "20s",
+	"RELAY_IDLE_POLL_INTERVAL":           "5s",
+	"RELAY_READY_WHEN":                   "any",
 	"RELAY_SINK":                         "webhook",
 	"RELAY_ID":                           "relay-7",
 	"RELAY_BATCH_SIZE":                   "250",
@@ -130,6 +136,12 @@ var needs = map[string][]string{
 // in turn and checks that the settings the binary runs with change: a
 // variable that is read, validated and documented but reaches nothing fails
 // here.
+// replaces lists the variables of settingsBase a variable cannot be set
+// with.
+var replaces = map[string][]string{
+	"RELAY_TENANTS_FILE": {"DATABASE_URL"},
+}
+
 func TestSettings_EveryVariableTakesEffect(t *testing.T) {
 	t.Parallel()
 	samples := sampleFiles(t)
@@ -153,7 +165,10 @@ func TestSettings_EveryVariableTakesEffect(t *testing.T) {
 			t.Errorf("%s has no sample value in settings_test.go", v.Name)
 			continue
 		}
-		environ := append(slices.Clone(settingsBase), needs[v.Name]...)
+		environ := slices.DeleteFunc(slices.Clone(settingsBase), func(kv string) bool {
+			return slices.ContainsFunc(replaces[v.Name], func(name string) bool { return strings.HasPrefix(kv, name+"=") })
+		})
+		environ = append(environ, needs[v.Name]...)
 		environ = append(environ, v.Name+"="+sample)
 		got := mustSettings(t, withSamples(samples, environ))
 		if reflect.DeepEqual(got, base) {
@@ -199,6 +214,7 @@ func sampleFiles(t *testing.T) string {
 		client.KeyFile:                   {"client-key.pem", "client-key-copy.pem"},
 		natstest.NewOperator(t).Creds(t): {"user.creds"},
 		seed:                             {"user.nk"},
+		tenantsSample(t):                 {"tenants.yaml"},
 	} {
 		b, err := os.ReadFile(from)
 		if err != nil {
@@ -228,7 +244,11 @@ func mustSettings(t *testing.T, environ []string) settings {
 	if err != nil {
 		t.Fatalf("%v: %v", environ, err)
 	}
-	return settingsOf(&c, "test")
+	s := settingsOf(&c, "test")
+	if s.Outboxes, err = outboxSettingsOf(&c, environ); err != nil {
+		t.Fatalf("%v: %v", environ, err)
+	}
+	return s
 }
 
 // isSecret reports whether name is a secret variable (it has a _FILE twin).
@@ -239,4 +259,23 @@ func isSecret(name string) bool {
 		}
 	}
 	return false
+}
+
+// tenantsSample writes a tenants file of two databases and returns its path.
+func tenantsSample(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	body := `tenants:
+  - name: acme
+    database_url: postgres://relay@acme.internal:5432/app
+    schemas: [outbox]
+  - name: globex
+    database_url: postgres://relay@globex.internal:5432/app
+    schema_match: tenant\_%
+    mode: ordered
+`
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -1,5 +1,5 @@
 // Package layering holds the test that keeps the package layout's import
-// rules true: main → internal/cli → relay → sinks → outbox,
+// rules true: main → internal/cli → internal/fleet → relay → sinks → outbox,
 // sinks never import relay, outbox imports nothing of ours, bucket
 // ownership (relay/internal/buckets) knows nothing of the relay, and the
 // shipped binary links no test-only package.
@@ -32,7 +32,8 @@ var allowed = []struct {
 	{"relay", []string{"sinks", "outbox", "relay/internal/buckets"}},
 	{"relay/internal/buckets", nil}, // the lease protocol: pgx and the standard library only
 	{"relay/admin", []string{"outbox"}},
-	{"internal/cli", []string{"relay", "relay/admin", "sinks", "sinks/...", "outbox", "migrations", "internal/bench"}},
+	{"internal/cli", []string{"internal/fleet", "relay", "relay/admin", "sinks", "sinks/...", "outbox", "migrations", "internal/bench"}},
+	{"internal/fleet", []string{"relay", "outbox"}}, // one relay per outbox: never the CLI, never a sink
 	{"internal/bench", []string{"relay", "sinks", "sinks/nats", "outbox", "migrations"}},
 	{"internal/benchcmp", []string{"internal/bench", "relay", "outbox"}},
 	{"internal/dbtest", []string{"migrations", "outbox"}},
