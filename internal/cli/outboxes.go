@@ -158,13 +158,14 @@ func (c *config) databases(environ []string) ([]fleet.Database, error) {
 }
 
 // describeOutboxes says which outboxes a relay serves, for its first log
-// line: schema names, patterns in quotes, tenant: before each tenant's.
+// line: schema names, "matching" before patterns, tenant: before each
+// tenant's.
 func describeOutboxes(dbs []fleet.Database) string {
 	var parts []string
 	for _, d := range dbs {
 		what := slices.Clone(d.Schemas)
 		if d.Match != "" {
-			what = append(what, fmt.Sprintf("%q", d.Match))
+			what = append(what, "matching "+d.Match)
 		}
 		part := strings.Join(what, ",")
 		if d.Tenant != "" {
