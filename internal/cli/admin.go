@@ -5,30 +5,31 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/outbox-relay/outbox-relay/relay/admin"
 )
 
 // The operator's commands (status.go, dead.go, replay.go, cancel.go) need
-// DATABASE_URL (and RELAY_SCHEMA), no sink, and work whether relays run or
-// not; the work is done by package relay/admin.
+// the database (DATABASE_URL, or RELAY_TENANTS_FILE's), no sink, and work
+// whether relays run or not; the work is done by package relay/admin.
+// --tenant and --schema pick the outbox (target.go).
 
 // adminPoolSize covers an admin command's single transaction.
 const adminPoolSize = 2
 
-// adminOps is the operator API on the configured schema, with the pool it
-// runs on.
+// adminOps is the operator API on one outbox, with the pool it runs on.
 type adminOps struct {
 	*admin.Admin
-	pool *pgxpool.Pool
+	outbox outboxRef
+	pools  *adminPools
 }
 
-func (o adminOps) close() { o.pool.Close() }
+func (o adminOps) close() { o.pools.close() }
 
-// openAdmin reads the configuration and connects to a schema the relay's
-// migrations created.
-func openAdmin(ctx context.Context, inv *Invocation) (config, adminOps, error) {
+// openAdmin reads the configuration and connects to the one outbox the
+// flags pick (resolveOutboxes), whose schema the relay's migrations
+// created. When the configuration names several outboxes and the flags
+// pick none, it refuses with a usage error that lists them.
+func openAdmin(ctx context.Context, inv *Invocation, f outboxFlags) (config, adminOps, error) {
 	c, err := loadConfig(inv.Environ)
 	if err != nil {
 		return c, adminOps{}, err
@@ -36,20 +37,22 @@ func openAdmin(ctx context.Context, inv *Invocation) (config, adminOps, error) {
 	if err := c.requireDatabase(); err != nil {
 		return c, adminOps{}, err
 	}
-	pool, err := openPool(ctx, c.DatabaseURL, adminPoolSize)
+	ts, one, err := resolveOutboxes(&c, inv.Environ, f)
 	if err != nil {
 		return c, adminOps{}, err
 	}
-	if err := checkSchema(ctx, pool, c.Schema); err != nil {
-		pool.Close()
+	pools := newAdminPools()
+	if one == nil {
+		err := severalOutboxes(ctx, &c, ts, pools)
+		pools.close()
 		return c, adminOps{}, err
 	}
-	a, err := admin.New(pool, c.Schema)
+	a, err := pools.admin(ctx, *one)
 	if err != nil {
-		pool.Close()
+		pools.close()
 		return c, adminOps{}, err
 	}
-	return c, adminOps{Admin: a, pool: pool}, nil
+	return c, adminOps{Admin: a, outbox: *one, pools: pools}, nil
 }
 
 // defaultSinkName is how status names the destination of rows without

@@ -11,7 +11,7 @@ import (
 
 func cmdCancel(ctx context.Context, inv *Invocation, args []string) error {
 	stdout, stderr := inv.Stdout, inv.Stderr
-	fs := newFlagSet("cancel (--key K | --topic T) [--dry-run]",
+	fs := newFlagSet("cancel (--key K | --topic T) [--dry-run] [--schema S] [--tenant T]",
 		"Move pending rows of an ordering key or a topic to the dead letters (reason cancelled), so that they are\n"+
 			"not delivered. Rows in flight (under a running lease) are left alone: a relay may be delivering them.\n"+
 			"Undo with `outbox-relay dead retry --reason cancelled` and the same --key or --topic.", stderr)
@@ -19,6 +19,8 @@ func cmdCancel(ctx context.Context, inv *Invocation, args []string) error {
 	fs.StringVar(&opts.Key, "key", "", "ordering `key`, exactly")
 	fs.StringVar(&opts.Topic, "topic", "", "`topic`, exactly, or a LIKE pattern when it contains % (orders.%); with --key both must match")
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "count what would be cancelled, change nothing")
+	var of outboxFlags
+	of.add(fs, schemaFlagDoc)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -28,7 +30,7 @@ func cmdCancel(ctx context.Context, inv *Invocation, args []string) error {
 	if opts.Key == "" && admin.TopicMatchesAll(opts.Topic) {
 		return usageError{fmt.Errorf("--topic %q matches every topic: name the rows to cancel with --key or a narrower --topic", opts.Topic)}
 	}
-	_, ops, err := openAdmin(ctx, inv)
+	_, ops, err := openAdmin(ctx, inv, of)
 	if err != nil {
 		return err
 	}

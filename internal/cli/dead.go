@@ -65,17 +65,19 @@ func deadFilterFlags(fs *flag.FlagSet, f *admin.DeadFilter, limit int, limitDoc 
 
 func cmdDeadList(ctx context.Context, inv *Invocation, args []string) error {
 	stdout, stderr := inv.Stdout, inv.Stderr
-	fs := newFlagSet("dead list [filters] [--limit N] [--wide] [--json]",
+	fs := newFlagSet("dead list [filters] [--limit N] [--wide] [--json] [--schema S] [--tenant T]",
 		"List dead letters, oldest failure first (by failed_at, then id), without their payloads. Follow an event\n"+
 			"across retries by its idempotency key, which never changes.", stderr)
 	var f admin.DeadFilter
 	deadFilterFlags(fs.FlagSet, &f, 50, "show at most `n` dead letters; 0 shows all")
 	wide := fs.Bool("wide", false, fmt.Sprintf("show each error whole; without it an error is cut at %d characters", deadErrorWidth))
 	asJSON := fs.Bool("json", false, "print JSON (for scripts), errors whole")
+	var of outboxFlags
+	of.add(fs, schemaFlagDoc)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	_, ops, err := openAdmin(ctx, inv)
+	_, ops, err := openAdmin(ctx, inv, of)
 	if err != nil {
 		return err
 	}
@@ -121,7 +123,7 @@ const deadErrorWidth = 60
 
 func cmdDeadRetry(ctx context.Context, inv *Invocation, args []string) error {
 	stdout, stderr := inv.Stdout, inv.Stderr
-	fs := newFlagSet("dead retry [filters] [--set-topic T] [--set-destination S] [--limit N] [--all] [--dry-run]",
+	fs := newFlagSet("dead retry [filters] [--set-topic T] [--set-destination S] [--limit N] [--all] [--dry-run] [--schema S] [--tenant T]",
 		"Move dead letters back to the hot table as new rows (attempts 0, due now; a cancelled row still delayed keeps\n"+
 			"its time), keeping their payload, headers, keys, destination and created_at; --set-topic and --set-destination\n"+
 			"re-route them. Dead letters whose idempotency key is pending or already delivered stay.", stderr)
@@ -131,10 +133,12 @@ func cmdDeadRetry(ctx context.Context, inv *Invocation, args []string) error {
 	fs.StringVar(&opts.SetTopic, "set-topic", "", "re-route: give the retried rows this `topic`")
 	fs.StringVar(&opts.SetDestination, "set-destination", "", "re-route: send the retried rows to this `sink`; (default) for the default sink")
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "count what would be retried, change nothing")
+	var of outboxFlags
+	of.add(fs, schemaFlagDoc)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	_, ops, err := openAdmin(ctx, inv)
+	_, ops, err := openAdmin(ctx, inv, of)
 	if err != nil {
 		return err
 	}
@@ -175,16 +179,18 @@ func printRetry(w io.Writer, res admin.RetryDeadResult) {
 
 func cmdDeadPurge(ctx context.Context, inv *Invocation, args []string) error {
 	stdout, stderr := inv.Stdout, inv.Stderr
-	fs := newFlagSet("dead purge [filters] [--limit N] [--all] [--dry-run]",
+	fs := newFlagSet("dead purge [filters] [--limit N] [--all] [--dry-run] [--schema S] [--tenant T]",
 		"Delete dead letters for good.", stderr)
 	var opts admin.PurgeDeadOptions
 	deadFilterFlags(fs.FlagSet, &opts.DeadFilter, 0, "purge at most `n` dead letters, oldest failure first; 0 purges every match")
 	fs.BoolVar(&opts.All, "all", false, "purge every dead letter when no filter is given")
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "count what would be purged, change nothing")
+	var of outboxFlags
+	of.add(fs, schemaFlagDoc)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	_, ops, err := openAdmin(ctx, inv)
+	_, ops, err := openAdmin(ctx, inv, of)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 
 func cmdReplay(ctx context.Context, inv *Invocation, args []string) error {
 	stdout, stderr := inv.Stdout, inv.Stderr
-	fs := newFlagSet("replay [--from T] [--to T] [--by delivered|created] [--topic T] [--key K] [--new-keys] [--all] [--dry-run]",
+	fs := newFlagSet("replay [--from T] [--to T] [--by delivered|created] [--topic T] [--key K] [--new-keys] [--all] [--dry-run] [--schema S] [--tenant T]",
 		"Send delivered (archived) rows again: each becomes a new row in the hot table, due now.\n"+
 			"By default the replay keeps the original idempotency key (and forgets it in delivered_keys, so that the\n"+
 			"relay sends it): consumers see the same message id again and those that dedupe by it drop the replay,\n"+
@@ -26,6 +26,8 @@ func cmdReplay(ctx context.Context, inv *Invocation, args []string) error {
 	fs.BoolVar(&opts.NewKeys, "new-keys", false, "give every replayed row a new idempotency key: new events for every consumer")
 	fs.BoolVar(&opts.All, "all", false, "replay the whole archive when no filter is given")
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "count what would be replayed, change nothing")
+	var of outboxFlags
+	of.add(fs, schemaFlagDoc)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -40,7 +42,7 @@ func cmdReplay(ctx context.Context, inv *Invocation, args []string) error {
 	if !opts.From.IsZero() && !opts.To.IsZero() && !opts.From.Before(opts.To) {
 		return usageError{errors.New("--from must be before --to")}
 	}
-	_, ops, err := openAdmin(ctx, inv)
+	_, ops, err := openAdmin(ctx, inv, of)
 	if err != nil {
 		return err
 	}

@@ -14,36 +14,150 @@ import (
 
 func cmdStatus(ctx context.Context, inv *Invocation, args []string) error {
 	stdout, stderr := inv.Stdout, inv.Stderr
-	fs := newFlagSet("status [--json] [--exact] [--top N]",
+	fs := newFlagSet("status [--json] [--exact] [--top N] [--schema S] [--tenant T]",
 		"Show the backlog per destination, the rows in flight per relay, rows in backoff and delayed,\n"+
 			"dead letters by reason and by error, and the size and vacuum state of the relay's tables.\n"+
+			"With several outboxes configured and no --schema, show one line per outbox instead (every tenant's\n"+
+			"database, every schema a pattern matches now); it exits 1 after the lines when one cannot be read.\n"+
 			"Reads the database only; works while no relay runs.", stderr)
 	asJSON := fs.Bool("json", false, "print JSON (for scripts)")
 	exact := fs.Bool("exact", false, "count the archive and delivered_keys exactly (full scans) instead of using estimates")
 	top := admin.TopErrorsDefault
 	fs.Var((*limitFlag)(&top), "top", "show the `n` most frequent dead-letter errors (0: the default)")
+	var of outboxFlags
+	of.add(fs, "show this outbox's `schema` in detail (default: RELAY_SCHEMA; with several outboxes and no --schema, one line per outbox)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	c, ops, err := openAdmin(ctx, inv)
+	c, err := loadConfig(inv.Environ)
 	if err != nil {
 		return err
 	}
-	defer ops.close()
-	st, err := ops.Status(ctx, admin.StatusOptions{DefaultSink: defaultSinkName(&c), TopErrors: top, ExactCounts: *exact})
+	if err := c.requireDatabase(); err != nil {
+		return err
+	}
+	ts, one, err := resolveOutboxes(&c, inv.Environ, of)
+	if err != nil {
+		return err
+	}
+	pools := newAdminPools()
+	defer pools.close()
+	opts := admin.StatusOptions{DefaultSink: defaultSinkName(&c), TopErrors: top, ExactCounts: *exact}
+	if one == nil {
+		return statusOverview(ctx, stdout, listOutboxes(ctx, ts, pools), pools, opts, c.TenantsFile != "", *asJSON)
+	}
+	a, err := pools.admin(ctx, *one)
+	if err != nil {
+		return err
+	}
+	st, err := a.Status(ctx, opts)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
 		return writeJSON(stdout, st)
 	}
-	printStatus(stdout, c.Schema, st)
+	printStatus(stdout, *one, st)
 	return nil
 }
 
-func printStatus(w io.Writer, schema string, st *admin.StatusReport) {
+// outboxStatus is one line of status's overview, and one element of its
+// --json: an outbox's status report, or why it could not be read; with no
+// schema, a tenant's pattern that matched none, or whose database could
+// not be searched.
+type outboxStatus struct {
+	Tenant string `json:"tenant,omitempty"`
+	Schema string `json:"schema,omitempty"`
+	// Match is the pattern that found the schema, or that found none.
+	Match  string              `json:"match,omitempty"`
+	Error  string              `json:"error,omitempty"`
+	Status *admin.StatusReport `json:"status,omitempty"`
+}
+
+// statusOverview reads every outbox's status report and prints one line
+// per outbox (with a TENANT column when tenants are named), or with asJSON
+// the reports. An outbox that cannot be read gets a line that says why,
+// and the command then fails once every line is printed.
+func statusOverview(ctx context.Context, w io.Writer, found []foundOutbox, pools *adminPools, opts admin.StatusOptions, tenants, asJSON bool) error {
+	lines := make([]outboxStatus, 0, len(found))
+	failed := 0
+	for _, o := range found {
+		line := outboxStatus{Tenant: o.Tenant, Schema: o.Schema, Match: o.Match}
+		err := o.Err
+		if err == nil && o.Schema != "" {
+			var a *admin.Admin
+			if a, err = pools.admin(ctx, o.outboxRef); err == nil {
+				line.Status, err = a.Status(ctx, opts)
+			}
+		}
+		if err != nil {
+			line.Error = err.Error()
+			failed++
+		}
+		lines = append(lines, line)
+	}
+	if asJSON {
+		if err := writeJSON(w, lines); err != nil {
+			return err
+		}
+	} else {
+		printOverview(w, lines, tenants)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d outboxes could not be read (their lines say why)", failed, len(lines))
+	}
+	return nil
+}
+
+// printOverview prints status's overview: one line per outbox.
+func printOverview(w io.Writer, lines []outboxStatus, tenants bool) {
+	tw := newTable(w)
+	head := "SCHEMA\tMODE\tDUE\tOLDEST DUE\tIN BACKOFF\tDEAD LETTERS\tRELAYS ALIVE"
+	if tenants {
+		head = "TENANT\t" + head
+	}
+	fmt.Fprintln(tw, head)
+	for _, l := range lines {
+		if tenants {
+			fmt.Fprintf(tw, "%s\t", l.Tenant)
+		}
+		schema := l.Schema
+		if schema == "" {
+			schema = "(matching " + l.Match + ")"
+		}
+		st := l.Status
+		switch {
+		case l.Error != "" && l.Schema == "":
+			fmt.Fprintf(tw, "%s\tcannot search this database: %s\n", safe(schema), safe(oneLine(l.Error, 160)))
+		case l.Error != "":
+			fmt.Fprintf(tw, "%s\tcannot read it: %s\n", schema, safe(oneLine(l.Error, 160)))
+		case st == nil:
+			fmt.Fprintf(tw, "%s\tno schema matches yet (outbox-relay migrate --schema NAME creates one)\n", safe(schema))
+		default:
+			total := st.Total()
+			oldest := "-"
+			if total.OldestDueAt != nil {
+				oldest = formatAge(time.Duration(total.OldestDueAgeSeconds * float64(time.Second)))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%d\n", schema, st.Mode, total.Due, oldest, total.Backoff,
+				st.DeadLetters.Total, aliveRelays(st))
+		}
+	}
+	tw.Flush()
+	pick := "--schema S"
+	if tenants {
+		pick = "--tenant T --schema S"
+	}
+	fmt.Fprintf(w, "\n`outbox-relay status %s` shows one outbox in detail\n", pick)
+}
+
+func printStatus(w io.Writer, o outboxRef, st *admin.StatusReport) {
 	ordered := st.Mode == outbox.ModeOrdered
-	fmt.Fprintf(w, "Schema %s at %s, mode %s (since %s)\n\n", schema, st.At.UTC().Format(time.RFC3339), st.Mode,
+	of := ""
+	if o.Tenant != "" {
+		of = " of tenant " + o.Tenant
+	}
+	fmt.Fprintf(w, "Schema %s%s at %s, mode %s (since %s)\n\n", o.Schema, of, st.At.UTC().Format(time.RFC3339), st.Mode,
 		relTimeOr(&st.ModeChangedAt, st.At, "-"))
 	printRelays(w, st)
 	fmt.Fprintln(w)
@@ -194,12 +308,7 @@ func printHorizon(w io.Writer, st *admin.StatusReport) {
 
 // printRelays lists the relays registered on the schema.
 func printRelays(w io.Writer, st *admin.StatusReport) {
-	alive := 0
-	for _, r := range st.Relays {
-		if r.Alive {
-			alive++
-		}
-	}
+	alive := aliveRelays(st)
 	if alive == 0 {
 		fmt.Fprintln(w, "Relays: none alive (none has recorded a heartbeat in the last 30s)")
 	} else {
@@ -215,6 +324,17 @@ func printRelays(w io.Writer, st *admin.StatusReport) {
 			relTime(&r.StartedAt, st.At), relTime(&r.LastSeen, st.At), yesNo(r.Alive))
 	}
 	tw.Flush()
+}
+
+// aliveRelays counts the relays seen within the last 30 seconds.
+func aliveRelays(st *admin.StatusReport) int {
+	alive := 0
+	for _, r := range st.Relays {
+		if r.Alive {
+			alive++
+		}
+	}
+	return alive
 }
 
 // printBlockedKeys lists the keys held up by a failing head (ordered mode).

@@ -104,7 +104,16 @@ func (d *discovery) search(ctx context.Context) {
 func (d *discovery) match(ctx context.Context, pattern string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, discoverTimeout)
 	defer cancel()
-	rows, err := d.pool.Query(ctx, discoverSQL, pgx.StrictNamedArgs{"match": pattern})
+	return Discover(ctx, d.pool, pattern)
+}
+
+// Discover returns the schemas of pool's database whose name matches the
+// LIKE pattern and that hold a migrated outbox, in name order: the search
+// a fleet runs every DiscoverEvery, for the operator's commands to list
+// the outboxes a pattern stands for. Names that are not valid schema
+// names (outbox.ValidateSchema) are returned too: the caller skips them.
+func Discover(ctx context.Context, pool *pgxpool.Pool, pattern string) ([]string, error) {
+	rows, err := pool.Query(ctx, discoverSQL, pgx.StrictNamedArgs{"match": pattern})
 	if err != nil {
 		return nil, fmt.Errorf("search schemas: %w", err)
 	}
