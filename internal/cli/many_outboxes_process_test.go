@@ -85,11 +85,18 @@ func randomHex(n int) string {
 // insertNumbered inserts rows from..to-1 into db, one statement, each with
 // a payload of its own (non-UTF-8 bytes included) and two headers.
 func insertNumbered(t testing.TB, db *dbtest.Schema, topic string, from, to int) error {
+	return insertNumberedDue(t, db, topic, from, to, 0)
+}
+
+// insertNumberedDue is insertNumbered for rows due after delay
+// (available_at), which no relay may claim before.
+func insertNumberedDue(t testing.TB, db *dbtest.Schema, topic string, from, to int, delay time.Duration) error {
 	_, err := db.Pool.Exec(context.Background(), `
-INSERT INTO `+db.Table("messages")+` (topic, payload, headers)
+INSERT INTO `+db.Table("messages")+` (topic, payload, headers, available_at)
 SELECT $1, '\x00fe'::bytea || convert_to($1 || ' ' || i, 'UTF8'),
-       jsonb_build_object('content-type', 'text/plain', 'seq', i::text)
-  FROM generate_series($2::int, $3::int - 1) AS i`, topic, from, to)
+       jsonb_build_object('content-type', 'text/plain', 'seq', i::text),
+       now() + make_interval(secs => $4)
+  FROM generate_series($2::int, $3::int - 1) AS i`, topic, from, to, delay.Seconds())
 	return err
 }
 
@@ -448,9 +455,14 @@ func TestProcess_ManyOutboxes_TenantsFileTwoDatabasesOneStops(t *testing.T) {
 	waitfor.Count(t, 30*time.Second, "tenant b's delivered rows on /metrics", func() float64 { return deliveredMetric(p, "outbox", "b") }, n)
 	waitReady(t, p, 200)
 
-	// b's server stops with rows of b waiting, while a's writer goes on.
+	// b's server stops with rows of b waiting (some due at once, some
+	// due in a few seconds: those cannot have gone before the stop), while
+	// a's writer goes on.
 	w := startWriter(t, a, "a.more")
-	if err := insertNumbered(t, b, "b.before-stop", 0, 500); err != nil {
+	if err := insertNumbered(t, b, "b.before-stop", 0, 250); err != nil {
+		t.Fatal(err)
+	}
+	if err := insertNumberedDue(t, b, "b.before-stop", 250, 500, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	priv.Stop()
@@ -472,6 +484,11 @@ func TestProcess_ManyOutboxes_TenantsFileTwoDatabasesOneStops(t *testing.T) {
 
 	priv.Start()
 	bPool.Reset() // its connections died with the server
+	left := b.Count(t, "messages")
+	t.Logf("%d rows of b inserted before the stop were left when its server came back", left)
+	if left == 0 {
+		t.Fatal("no row of b was left when its server came back: the stop took longer than the rows' delay, the test proves nothing")
+	}
 	if err := insertNumbered(t, b, "b.after-restart", 0, 300); err != nil {
 		t.Fatal(err)
 	}
