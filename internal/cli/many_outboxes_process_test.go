@@ -523,13 +523,34 @@ func TestProcess_ManyOutboxes_TrickleIsNotQueuedBehindAHotBacklog(t *testing.T) 
 
 	// The trickle stops early when hot's backlog runs low, so that each
 	// cold row is inserted while hot has thousands of rows left.
+	var low atomic.Bool
+	watching := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			var left int
+			if err := base.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+hot.Table("messages")).Scan(&left); err == nil && left <= 10000 {
+				low.Store(true)
+			}
+			select {
+			case <-watching:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
 	trickled := 0
-	for end := time.Now().Add(4 * time.Second); time.Now().Before(end) && hot.Count(t, "messages") > 5000; trickled++ {
+	pace := time.NewTicker(50 * time.Millisecond) // the trickle's pace, not a measurement
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end) && !low.Load(); trickled++ {
 		if err := insertNumbered(t, cold, "cold.created", trickled, trickled+1); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond) // the trickle's pace, not a measurement
+		<-pace.C
 	}
+	pace.Stop()
+	close(watching)
+	<-watched
 	if trickled < 5 {
 		t.Fatalf("only %d cold rows went in while hot had a backlog: the test proves nothing", trickled)
 	}
