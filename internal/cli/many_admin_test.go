@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -26,16 +24,6 @@ func runEnv(t *testing.T, environ []string, args ...string) (int, string, string
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), args, environ, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
-}
-
-// writeTenants writes a tenants file and returns its path.
-func writeTenants(t *testing.T, body string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "tenants.yaml")
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // overviewLine returns the fields of the overview's line whose first

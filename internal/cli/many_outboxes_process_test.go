@@ -5,8 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -402,17 +400,6 @@ func TestProcess_ManyOutboxes_ListedSchemaDroppedLeavesTheOtherDelivering(t *tes
 	}
 }
 
-// writeTenantsFile writes content to a file of the test's and returns its
-// path.
-func writeTenantsFile(t *testing.T, content string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "tenants.yaml")
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // TestProcess_ManyOutboxes_TenantsFileTwoDatabasesOneStops: a tenants file
 // names two databases, tenant a on the shared server (its URL from
 // ${VAR}), tenant b on a PostgreSQL server of the test's own. Both are
@@ -436,7 +423,7 @@ func TestProcess_ManyOutboxes_TenantsFileTwoDatabasesOneStops(t *testing.T) {
 	srv.CreateStream(t, "S_a", "a.>")
 	srv.CreateStream(t, "S_b", "b.>")
 
-	path := writeTenantsFile(t, fmt.Sprintf(`tenants:
+	path := writeTenants(t, fmt.Sprintf(`tenants:
   - name: a
     database_url: ${TENANT_A_DATABASE_URL}
     schemas: [%s]
@@ -726,7 +713,7 @@ func TestProcess_ManyOutboxes_InvalidConfigurationExitsNamingTheVariable(t *test
 			t.Parallel()
 			env := append([]string{"NATS_URL=nats://127.0.0.1:1"}, c.env...)
 			if c.file != "" {
-				env = append(env, "RELAY_TENANTS_FILE="+writeTenantsFile(t, c.file))
+				env = append(env, "RELAY_TENANTS_FILE="+writeTenants(t, c.file))
 			}
 			code, stdout, stderr, took := runBinaryWithin(t, time.Minute, env, "run")
 			if code == 0 || code == -1 {
