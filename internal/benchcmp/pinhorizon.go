@@ -103,6 +103,7 @@ type contender struct {
 	env                      []string // settings of its own (relayEnv)
 	metrics                  string   // the relay's /metrics
 	proc                     *exec.Cmd
+	startedAt                time.Time // just before its exec
 	exited                   chan error
 	stdout                   bytes.Buffer // refloop's result line
 	stats                    *pgxpool.Pool
@@ -564,6 +565,7 @@ func startRefloop(runCtx context.Context, o pinOptions, c *contender) error {
 }
 
 func startProcess(c *contender, cmd *exec.Cmd) error {
+	c.startedAt = time.Now()
 	if err := cmd.Start(); err != nil {
 		return err
 	}
