@@ -5,7 +5,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/outbox_bench?sslmode=disable
 NATS_URL ?= nats://127.0.0.1:4222
 REFLOOP ?= ../shared/refloop
 
-.PHONY: build test ci helm bench bench-binary bench-replicas bench-pin-horizon examples examples-run
+.PHONY: build test ci helm bench bench-binary bench-replicas bench-pin-horizon bench-many-outboxes examples examples-run
 
 build:
 	.ci/build bin/outbox-relay
@@ -79,6 +79,26 @@ bench-pin-horizon: build
 	cd $(REFLOOP) && go build -o $(CURDIR)/bin/refloop .
 	go build -o bin/benchcmp ./internal/benchcmp
 	bin/benchcmp -pin-horizon -binary bin/outbox-relay -refloop bin/refloop -duration $(DURATION) -every $(EVERY) -pin-after $(PIN_AFTER) -rate $(PIN_RATE) $(PINFLAGS)
+
+# One relay serving many outboxes (issue 23; docs/benchmarks.md, "Many
+# outboxes"), on a PostgreSQL server of the benchmark's own (initdb, stock
+# settings, pg_stat_statements) and a NATS server in process: the idle cost
+# of OUTBOXES empty schemas without backoff, with the defaults, with
+# RELAY_NOTIFY and of one schema alone, each measured for DURATION after
+# WARMUP; then a trickle of TRICKLE rows/s beside a BACKLOG in another
+# schema, and alone for ALONE. About 9 minutes at the defaults.
+# Smoke run: make bench-many-outboxes DURATION=10s WARMUP=5s BACKLOG=20000 ALONE=10s.
+# MANYFLAGS passes more (-json FILE, -parts idle|fair, -pg-url URL).
+bench-many-outboxes: DURATION = 60s
+OUTBOXES ?= 50
+WARMUP ?= 30s
+BACKLOG ?= 200000
+TRICKLE ?= 20
+ALONE ?= 45s
+MANYFLAGS ?=
+bench-many-outboxes: build
+	go build -o bin/benchcmp ./internal/benchcmp
+	bin/benchcmp -many-outboxes -binary bin/outbox-relay -outboxes $(OUTBOXES) -duration $(DURATION) -warmup $(WARMUP) -backlog $(BACKLOG) -trickle-rate $(TRICKLE) -trickle-alone $(ALONE) $(MANYFLAGS)
 
 # The examples' tests: their INSERT statements match the docs' and work
 # against a real schema, and the Go example's main runs (part of `make test`).

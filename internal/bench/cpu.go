@@ -121,3 +121,13 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// ProcessCPU returns the CPU time (user and system) process pid has used
+// so far, from /proc/<pid>/stat.
+func ProcessCPU(pid int) (time.Duration, error) {
+	st, err := readStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(st.utime+st.stime) * time.Second / clockTicks, nil
+}

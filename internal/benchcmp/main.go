@@ -13,6 +13,11 @@
 // own:
 //
 //	go run ./internal/benchcmp -pin-horizon -binary bin/outbox-relay -refloop bin/refloop -duration 10m -pin-after 1m
+//
+// With -many-outboxes it runs the many-outboxes benchmark (many.go, make
+// bench-many-outboxes), on a server of its own as well:
+//
+//	go run ./internal/benchcmp -many-outboxes -binary bin/outbox-relay -outboxes 50 -duration 60s
 package main
 
 import (
@@ -60,13 +65,45 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Minute, "-pin-horizon: length of the run")
 	every := flag.Duration("every", time.Minute, "-pin-horizon: sampling interval")
 	pinAfter := flag.Duration("pin-after", time.Minute, "-pin-horizon: when the pinning session takes its snapshot")
-	pgURL := flag.String("pg-url", "", "-pin-horizon: an existing PostgreSQL server (with pg_stat_statements preloaded) instead of one of the benchmark's own")
-	pgBin := flag.String("pg-bin", "", "-pin-horizon: directory of initdb and pg_ctl (default: the newest /usr/lib/postgresql/*/bin, else PATH)")
-	pgPort := flag.Int("pg-port", 5499, "-pin-horizon: port of the benchmark's own server (a free one when taken)")
-	natsURL := flag.String("nats-url", "", "-pin-horizon: NATS server of the relays (default: a JetStream server in process for each)")
+	pgURL := flag.String("pg-url", "", "-pin-horizon, -many-outboxes: an existing PostgreSQL server (with pg_stat_statements preloaded) instead of one of the benchmark's own")
+	pgBin := flag.String("pg-bin", "", "-pin-horizon, -many-outboxes: directory of initdb and pg_ctl (default: the newest /usr/lib/postgresql/*/bin, else PATH)")
+	pgPort := flag.Int("pg-port", 5499, "-pin-horizon, -many-outboxes: port of the benchmark's own server (a free one when taken)")
+	natsURL := flag.String("nats-url", "", "-pin-horizon, -many-outboxes: NATS server of the relays (default: a JetStream server in process for each)")
 	refloopUnpinned := flag.Bool("refloop-unpinned", false, "-pin-horizon: also run refloop on an unpinned database")
-	jsonOut := flag.String("json", "", "-pin-horizon: also write the report as JSON to this file")
+	jsonOut := flag.String("json", "", "-pin-horizon, -many-outboxes: also write the report as JSON to this file")
+	manyOutboxes := flag.Bool("many-outboxes", false, "the many-outboxes benchmark (many.go): the relay binary (-binary, default bin/outbox-relay) serving -outboxes idle schemas in four configurations, each measured for -duration (default 60s) after -warmup; then a -backlog in one schema beside a trickle of -trickle-rate rows/s in another")
+	outboxes := flag.Int("outboxes", 50, "-many-outboxes: idle outboxes (schemas) served by one relay")
+	warmup := flag.Duration("warmup", 30*time.Second, "-many-outboxes: time each idle configuration runs before it is measured")
+	baseline := flag.Duration("baseline", 20*time.Second, "-many-outboxes: time the server alone is measured first (0 skips it)")
+	backlog := flag.Int("backlog", 200000, "-many-outboxes: rows due in schema hot")
+	trickleRate := flag.Float64("trickle-rate", 20, "-many-outboxes: rows per second into schema cold, one per transaction")
+	trickleAlone := flag.Duration("trickle-alone", 45*time.Second, "-many-outboxes: how long the trickle is measured once hot is empty")
+	parts := flag.String("parts", "idle,fair", "-many-outboxes: the parts run, idle and/or fair")
 	flag.Parse()
+	if *manyOutboxes {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		o := manyOptions{
+			Binary: *binary, PGURL: *pgURL, PGBin: *pgBin, PGPort: *pgPort, NatsURL: *natsURL,
+			Parts: strings.Split(*parts, ","), Outboxes: *outboxes, Warmup: *warmup, Duration: *duration,
+			Baseline: *baseline, Backlog: *backlog, TrickleRate: *trickleRate, TrickleAlone: *trickleAlone,
+			PayloadBytes: *payload, JSON: *jsonOut,
+		}
+		if !set["binary"] {
+			o.Binary = "bin/outbox-relay"
+		}
+		if !set["duration"] {
+			o.Duration = time.Minute
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		_, err := runManyOutboxes(ctx, o, os.Stdout)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "benchcmp:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *pinHorizon {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -97,11 +97,13 @@ type contender struct {
 	DB     string `json:"database"`
 
 	url                      string
-	hotSchema, hot, archived string // the hot table and the archive
-	nats                     string // its NATS server
-	prefix                   string // the relay's NATS_SUBJECT_PREFIX
-	metrics                  string // the relay's /metrics
+	hotSchema, hot, archived string   // the hot table and the archive
+	nats                     string   // its NATS server
+	prefix                   string   // the relay's NATS_SUBJECT_PREFIX
+	env                      []string // settings of its own (relayEnv)
+	metrics                  string   // the relay's /metrics
 	proc                     *exec.Cmd
+	startedAt                time.Time // just before its exec
 	exited                   chan error
 	stdout                   bytes.Buffer // refloop's result line
 	stats                    *pgxpool.Pool
@@ -170,28 +172,11 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 		rep.Version = strings.TrimSpace(string(out))
 	}
 
-	adminURL := o.PGURL
-	if adminURL == "" {
-		bin, err := findPostgresBin(o.PGBin)
-		if err != nil {
-			return nil, err
-		}
-		pg, err := startTempPostgres(ctx, bin, o.PGPort)
-		if err != nil {
-			return nil, fmt.Errorf("start PostgreSQL: %w", err)
-		}
-		defer pg.stop()
-		adminURL = pg.url("postgres")
-		fmt.Fprintf(w, "PostgreSQL from %s on port %d, stock settings but %s\n", bin, pg.port, strings.Join(postgresConf(pg.port, pg.dir)[3:], ", "))
-	}
-	admin, err := pgxpool.New(ctx, adminURL)
+	adminURL, admin, stopServer, err := openServer(ctx, o.PGURL, o.PGBin, o.PGPort, w, &rep.Server)
 	if err != nil {
 		return nil, err
 	}
-	defer admin.Close()
-	if err := checkServer(ctx, admin, w, &rep.Server); err != nil {
-		return nil, err
-	}
+	defer stopServer()
 
 	cs := []*contender{
 		{Name: "relay unpinned", Kind: "relay"},
@@ -216,10 +201,14 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 		}
 		c.prefix = "pin." + slug + "."
 	}
-	if err := createDatabases(ctx, admin, cs); err != nil {
+	dbs := make([]string, len(cs))
+	for i, c := range cs {
+		dbs[i] = c.DB
+	}
+	if err := createDatabases(ctx, admin, dbs, pinMarker); err != nil {
 		return nil, err
 	}
-	defer dropDatabases(admin, cs)
+	defer dropDatabases(admin, dbs)
 
 	// NATS: a server per contender in process unless the relays have one.
 	storeRoot, err := os.MkdirTemp("", "outbox-pin-nats-")
@@ -365,6 +354,48 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 	return rep, nil
 }
 
+// openServer returns the administration URL and a pool of the server a
+// benchmark runs on: pgURL, or a server of its own started with initdb
+// from pgBin on pgPort, which stop stops and deletes (stop closes the pool
+// in either case). The server is checked (checkServer) and its version
+// stored in version.
+func openServer(ctx context.Context, pgURL, pgBin string, pgPort int, w io.Writer, version *string) (adminURL string, admin *pgxpool.Pool, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	adminURL = pgURL
+	if adminURL == "" {
+		bin, err := findPostgresBin(pgBin)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		pg, err := startTempPostgres(ctx, bin, pgPort)
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("start PostgreSQL: %w", err)
+		}
+		stops = append(stops, pg.stop)
+		adminURL = pg.url("postgres")
+		fmt.Fprintf(w, "PostgreSQL from %s on port %d, stock settings but %s\n", bin, pg.port, strings.Join(postgresConf(pg.port, pg.dir)[3:], ", "))
+	}
+	admin, err = pgxpool.New(ctx, adminURL)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	stops = append(stops, admin.Close)
+	if err := checkServer(ctx, admin, w, version); err != nil {
+		return "", nil, nil, err
+	}
+	return adminURL, admin, stop, nil
+}
+
 // checkServer reads the server's version, makes pg_stat_statements
 // readable (it must be preloaded) and warns when autovacuum is off, which
 // is not what the benchmark means to measure.
@@ -396,39 +427,39 @@ func databaseURL(base, db string) (string, error) {
 	return u.String(), nil
 }
 
-// createDatabases creates each contender's database with a marker,
+// createDatabases creates each database with a marker (a comment),
 // dropping an earlier run's (one that carries the marker) and refusing
 // to touch one that does not.
-func createDatabases(ctx context.Context, admin *pgxpool.Pool, cs []*contender) error {
-	for _, c := range cs {
+func createDatabases(ctx context.Context, admin *pgxpool.Pool, dbs []string, marker string) error {
+	for _, db := range dbs {
 		var comment *string
-		err := admin.QueryRow(ctx, "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1", c.DB).Scan(&comment)
+		err := admin.QueryRow(ctx, "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1", db).Scan(&comment)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
 			return err
-		case comment == nil || *comment != pinMarker:
-			return fmt.Errorf("database %s exists and was not made by this benchmark: drop or rename it yourself", c.DB)
+		case comment == nil || *comment != marker:
+			return fmt.Errorf("database %s exists and was not made by this benchmark: drop or rename it yourself", db)
 		default:
-			if _, err := admin.Exec(ctx, "DROP DATABASE "+pgx.Identifier{c.DB}.Sanitize()+" WITH (FORCE)"); err != nil {
+			if _, err := admin.Exec(ctx, "DROP DATABASE "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)"); err != nil {
 				return err
 			}
 		}
-		if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{c.DB}.Sanitize()); err != nil {
+		if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize()); err != nil {
 			return err
 		}
-		if _, err := admin.Exec(ctx, "COMMENT ON DATABASE "+pgx.Identifier{c.DB}.Sanitize()+" IS '"+pinMarker+"'"); err != nil {
+		if _, err := admin.Exec(ctx, "COMMENT ON DATABASE "+pgx.Identifier{db}.Sanitize()+" IS '"+marker+"'"); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func dropDatabases(admin *pgxpool.Pool, cs []*contender) {
+func dropDatabases(admin *pgxpool.Pool, dbs []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, c := range cs {
-		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{c.DB}.Sanitize()+" WITH (FORCE)")
+	for _, db := range dbs {
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)")
 	}
 }
 
@@ -448,8 +479,14 @@ func startNATS(dir string) (*server.Server, error) {
 
 // relayEnv is the environment the relay runs with: ours without any of
 // the relay's settings, so that it runs with its defaults, and the
-// database, NATS, a subject prefix, the metrics address and the log level.
+// database, NATS, a subject prefix, the metrics address and the log level;
+// then the contender's own settings (c.env).
 func relayEnv(c *contender, metricsAddr string) []string {
+	return append(baseEnv(c, metricsAddr), c.env...)
+}
+
+// baseEnv is relayEnv without the contender's own settings.
+func baseEnv(c *contender, metricsAddr string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
@@ -469,15 +506,21 @@ func relayEnv(c *contender, metricsAddr string) []string {
 // then starts the relay binary (stopped by runCtx) and waits for its
 // /metrics.
 func startRelay(ctx, runCtx context.Context, bin string, c *contender) error {
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(0))
-	c.metrics = "http://" + addr + "/metrics"
-	env := relayEnv(c, addr)
 	migrate := exec.CommandContext(ctx, bin, "migrate")
-	migrate.Env = env
+	migrate.Env = relayEnv(c, "")
 	if out, err := migrate.CombinedOutput(); err != nil {
 		return fmt.Errorf("migrate: %w\n%s", err, out)
 	}
-	if err := createStream(ctx, c.nats, "PIN_"+strings.ToUpper(strings.ReplaceAll(c.Name, " ", "_")), c.prefix+">"); err != nil {
+	return launchRelay(ctx, runCtx, bin, c, "PIN_"+strings.ToUpper(strings.ReplaceAll(c.Name, " ", "_")))
+}
+
+// launchRelay creates the contender's stream, named stream, then starts
+// the relay binary (stopped by runCtx) and waits for its /metrics.
+func launchRelay(ctx, runCtx context.Context, bin string, c *contender, stream string) error {
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(0))
+	c.metrics = "http://" + addr + "/metrics"
+	env := relayEnv(c, addr)
+	if err := createStream(ctx, c.nats, stream, c.prefix+">"); err != nil {
 		return err
 	}
 	cmd := exec.CommandContext(runCtx, bin, "run")
@@ -522,6 +565,7 @@ func startRefloop(runCtx context.Context, o pinOptions, c *contender) error {
 }
 
 func startProcess(c *contender, cmd *exec.Cmd) error {
+	c.startedAt = time.Now()
 	if err := cmd.Start(); err != nil {
 		return err
 	}
