@@ -67,6 +67,10 @@ type claimer struct {
 	// eagerPause, when set, is how long an empty claim waits, rather than
 	// PollInterval, while the loop found rows within the last PollInterval.
 	eagerPause func() time.Duration
+	// follower marks a second loop of the same claim, there for speed:
+	// while the relay backs off idle claims (IdlePollInterval), it waits
+	// for another loop to find rows rather than poll too.
+	follower bool
 }
 
 // claimRequest is what one claim may take.
@@ -91,9 +95,9 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 	var lastRows time.Time     // when a claim last found rows
 	idle := r.cfg.PollInterval // the next pause after an empty claim
 	for ctx.Err() == nil {
-		// Taken before the claim: a notification during the claim ends the
-		// pause after it.
-		notified := r.notified.wait()
+		// Taken before the claim: a notification, or rows found by another
+		// loop, during the claim ends the pause after it.
+		notified, found := r.notified.wait(), r.found.wait()
 		closed, open := r.sinkStates()
 		bytes, oversized := r.inflight.takeBytes(len(r.claimHealth))
 		limit := 0
@@ -159,6 +163,7 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 		if len(batch) > 0 {
 			lastRows = time.Now()
 			r.floor.found()
+			r.found.wake()
 			idle = r.cfg.PollInterval
 			r.idlePause.Store(int64(idle))
 		}
@@ -168,13 +173,17 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 		case len(batch) > 0:
 			// Rows are arriving: look again soon, so that a steady
 			// stream is not delayed by a whole poll interval.
-			pause(ctx, jittered(r.cfg.PollInterval/10), c.wake, notified)
+			pause(ctx, jittered(r.cfg.PollInterval/10), c.wake, notified, nil)
 		case c.eagerPause != nil && time.Since(lastRows) < r.cfg.PollInterval:
-			pause(ctx, jittered(c.eagerPause()), c.wake, notified)
+			pause(ctx, jittered(c.eagerPause()), c.wake, notified, nil)
+		case c.follower && idle > r.cfg.PollInterval:
+			// Idle, and another loop polls: wait for its rows (or a
+			// notification), polling only as a safety net.
+			pause(ctx, jittered(followerIdlePolls*r.idlePollCap()), c.wake, notified, found)
 		default:
 			// Nothing found: the pauses grow while nothing is found, up to
 			// IdlePollInterval, so that an idle outbox costs little.
-			pause(ctx, jittered(idle), c.wake, notified)
+			pause(ctx, jittered(idle), c.wake, notified, nil)
 			idle = min(2*idle, r.idlePollCap())
 			r.idlePause.Store(int64(idle))
 		}
@@ -398,8 +407,13 @@ func jittered(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-// pause waits d, until ctx ends, wake receives or notified is closed.
-func pause(ctx context.Context, d time.Duration, wake, notified <-chan struct{}) {
+// followerIdlePolls is how many of the polling loop's longest pauses a
+// follower loop waits while idle, when no loop finds rows.
+const followerIdlePolls = 10
+
+// pause waits d, until ctx ends, wake receives, or notified or found is
+// closed (a nil channel never is).
+func pause(ctx context.Context, d time.Duration, wake, notified, found <-chan struct{}) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -407,6 +421,7 @@ func pause(ctx context.Context, d time.Duration, wake, notified <-chan struct{})
 	case <-ctx.Done():
 	case <-wake:
 	case <-notified:
+	case <-found:
 	}
 }
 

@@ -54,9 +54,10 @@ import (
 // waits that long at most.
 //
 // Refreshes run in a loop of their own (floorLoop), every floorEvery while
-// claims find rows and every floorIdleEvery otherwise, or as rarely as an
-// idle relay claims (Config.IdlePollInterval): an idle relay costs one
-// statement a second more at most, so that a claim never waits for one (a
+// claims find rows and every floorIdleEvery otherwise, or once every
+// floorIdleClaims claims of an idle relay that backs off
+// (Config.IdlePollInterval): an idle relay costs one statement a second
+// more at most, so that a claim never waits for one (a
 // rescan under a pinned horizon walks every dead entry); a claim uses the
 // floor as it is, as any floor the relay computed stays safe, only less
 // useful, while it ages. Each refresh takes a transaction id, which a
@@ -67,6 +68,11 @@ const (
 	floorIdleEvery   = time.Second
 	floorPatience    = time.Second
 	floorRescanEvery = time.Minute
+	// floorIdleClaims is how many of an idle relay's claim pauses
+	// (Config.IdlePollInterval) go by between the floor's refreshes: a
+	// stale floor is as safe, and the first claim that finds rows makes
+	// the refreshes frequent again.
+	floorIdleClaims = 10
 )
 
 // claimFloor is a relay's claim floor and what a refresh needs to move it.
@@ -179,7 +185,7 @@ func (f *claimFloor) found() {
 func (f *claimFloor) due(now time.Time, idle time.Duration) (refresh bool, from time.Time, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	every := max(floorIdleEvery, idle)
+	every := max(floorIdleEvery, floorIdleClaims*idle)
 	if f.busy {
 		every = floorEvery
 	}

@@ -55,7 +55,9 @@ func newOrdered(r *Relay) *ordered {
 // lanes, woken by settles, and one for the rows without a key.
 func (m *ordered) claimers() []claimer {
 	heads := claimer{what: "heads of keys", claim: m.claimHeads, wake: m.wake, batch: max(m.r.cfg.BatchSize/4, 1)}
-	return []claimer{heads, heads, {what: "rows without a key", claim: m.r.claimWith(m.claimUnkeyed)}}
+	second := heads
+	second.follower = true
+	return []claimer{heads, second, {what: "rows without a key", claim: m.r.claimWith(m.claimUnkeyed)}}
 }
 
 // claimHeads leases the heads of due lanes (queryLanesClaim), then prunes

@@ -72,7 +72,9 @@ func newPartitioned(r *Relay) *partitioned {
 func (m *partitioned) claimers() []claimer {
 	lead := m.claimer()
 	lead.eagerPause = m.eagerPause
-	return []claimer{lead, m.claimer()}
+	second := m.claimer()
+	second.follower = true
+	return []claimer{lead, second}
 }
 
 // eagerPause is how long the eager claim loop waits after an empty claim

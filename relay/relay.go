@@ -58,8 +58,10 @@ type Relay struct {
 	// notified wakes every claim loop when a producer inserted
 	// (Config.Notify; notify.go), through notify, the database's listener
 	// (nil without Notify); ownListener is set when the relay runs it.
-	notified    *broadcast
-	notify      *Listener
+	notified *broadcast
+	notify   *Listener
+	// found wakes the follower claim loops when a loop found rows.
+	found       *broadcast
 	ownListener bool
 	// idlePause is the claim loops' current pause after an empty claim
 	// (claimLoop), which paces the floor's refreshes while idle.
@@ -98,6 +100,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		inflight: newInFlight(cfg.MaxInFlight, cfg.MaxInFlightBytes),
 		settleCh: make(chan []outcome, 64),
 		notified: newBroadcast(),
+		found:    newBroadcast(),
 		failures: newFailureLogs(log, cfg.Sinks),
 		floor:    &claimFloor{seen: map[uint64]time.Time{}},
 	}

@@ -25,10 +25,13 @@ func newUnordered(r *Relay) *unordered {
 }
 
 // claimers returns two loops that claim any due row: while one waits for
-// its statement, the other can claim.
+// its statement, the other can claim; the second follows the first while
+// idle.
 func (m *unordered) claimers() []claimer {
 	c := claimer{what: "rows", claim: m.r.claimWith(m.claim)}
-	return []claimer{c, c}
+	second := c
+	second.follower = true
+	return []claimer{c, second}
 }
 
 func (m *unordered) deliver(ctx context.Context, d *delivery) { d.all(ctx) }

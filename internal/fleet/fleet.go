@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -67,6 +68,9 @@ type Config struct {
 // and the rest is left to the others, whose idle queries are short.
 const sharedPoolSize = 2 * relay.PoolSize
 
+// errDraining is Ready's answer once the fleet is stopping.
+var errDraining = errors.New("draining: shutting down")
+
 // retryMax is the longest pause before an outbox that failed is tried again.
 const retryMax = 30 * time.Second
 
@@ -82,6 +86,8 @@ type Fleet struct {
 	searching map[string]bool
 	// failed, with FailFast, is the error that ends Run.
 	failed chan error
+	// draining is set once Run stops its outboxes: the fleet is not ready.
+	draining atomic.Bool
 }
 
 // outboxKey names an outbox: its database and schema.
@@ -97,6 +103,9 @@ type outboxRun struct {
 	// relay is the running relay, or nil; problem says why none runs.
 	relay   *relay.Relay
 	problem error
+	// leaving is set once the outbox is being stopped (its schema gone):
+	// it no longer counts for readiness.
+	leaving bool
 }
 
 // New returns a fleet over cfg's databases; Run starts it.
@@ -149,6 +158,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	case err = <-f.failed:
 		cancel()
 	}
+	f.draining.Store(true)
 	dbs.Wait()
 	return err
 }
@@ -246,23 +256,29 @@ func (f *Fleet) start(ctx context.Context, pool *pgxpool.Pool, listener *relay.L
 	}()
 }
 
-// stop stops the outbox url, schema, waits for its relay to drain, and
-// forgets it.
+// stop stops the outbox url, schema, waits for its relay to drain and its
+// metrics to be removed, and forgets it.
 func (f *Fleet) stop(url, schema string) {
+	key := outboxKey{url, schema}
 	f.mu.Lock()
-	ob := f.outboxes[outboxKey{url, schema}]
-	delete(f.outboxes, outboxKey{url, schema})
+	ob := f.outboxes[key]
 	f.mu.Unlock()
 	if ob == nil {
 		return
 	}
 	ob.mu.Lock()
 	stop, done := ob.stop, ob.done
+	ob.leaving = true
 	ob.mu.Unlock()
 	if stop != nil {
 		stop()
 		<-done
 	}
+	f.mu.Lock()
+	if f.outboxes[key] == ob {
+		delete(f.outboxes, key)
+	}
+	f.mu.Unlock()
 }
 
 // stopAll stops every outbox of url.
@@ -381,10 +397,18 @@ func (ob *outboxRun) name() string {
 // the outboxes that are not, and why; with one outbox it is that
 // outbox's relay's error as it is.
 func (f *Fleet) Ready(ctx context.Context) error {
+	if f.draining.Load() {
+		return errDraining
+	}
 	f.mu.Lock()
 	obs := make([]*outboxRun, 0, len(f.outboxes))
 	for _, ob := range f.outboxes {
-		obs = append(obs, ob)
+		ob.mu.Lock()
+		leaving := ob.leaving
+		ob.mu.Unlock()
+		if !leaving {
+			obs = append(obs, ob)
+		}
 	}
 	searching := len(f.searching)
 	f.mu.Unlock()
