@@ -83,6 +83,10 @@ type claimRequest struct {
 	oversized bool
 	// closed are the sinks whose rows must not be claimed now.
 	closed []string
+	// busy is set when the loop's last claim found rows: more may wait,
+	// a backlog perhaps, so the claim walks its index in order
+	// (claimInIndexOrder). A poll of an idle table runs as one statement.
+	busy bool
 }
 
 // claimLoop claims batches with c and starts their deliveries until ctx
@@ -93,6 +97,7 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 	failures := 0
 	var failing reminder
 	var lastRows time.Time     // when a claim last found rows
+	busy := false              // whether the last claim found rows
 	idle := r.cfg.PollInterval // the next pause after an empty claim
 	for ctx.Err() == nil {
 		// Taken before the claim: a notification, or rows found by another
@@ -121,7 +126,8 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 		// begins, so that a hung database cannot hold the shutdown.
 		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/4)
 		cutOff := context.AfterFunc(ctx, func() { time.AfterFunc(claimShutdownGrace, cancel) })
-		batch, err := c.claim(claimCtx, claimRequest{limit: limit, bytes: bytes, oversized: oversized, closed: closed})
+		batch, err := c.claim(claimCtx, claimRequest{limit: limit, bytes: bytes, oversized: oversized, closed: closed, busy: busy})
+		busy = len(batch) > 0
 		cutOff()
 		cancel()
 		used := map[string]int{}
@@ -234,7 +240,7 @@ func (r *Relay) sinkStates() (closed, open []string) {
 // insert order.
 func (r *Relay) claimWith(stmt string) func(ctx context.Context, req claimRequest) ([]claimed, error) {
 	return func(ctx context.Context, req claimRequest) ([]claimed, error) {
-		batch, _, err := r.claimRows(ctx, stmt, r.claimArgs(req), req.limit, "claim batch")
+		batch, _, err := r.claimRows(ctx, stmt, r.claimArgs(req), req, "claim batch")
 		return batch, err
 	}
 }
@@ -253,27 +259,72 @@ func (r *Relay) claimArgs(req claimRequest) pgx.StrictNamedArgs {
 	}
 }
 
-// claimRows runs the claim statement stmt with args and returns the rows
-// it leased (readClaimed) and the keys it reports without claiming their
-// rows, and records the claim (observeClaim). Every error is reported once
-// as what failed.
-func (r *Relay) claimRows(ctx context.Context, stmt string, args pgx.StrictNamedArgs, limit int, what string) ([]claimed, []heldKey, error) {
+// claimRows runs the claim statement stmt with args for req and returns
+// the rows it leased (readClaimed) and the keys it reports without
+// claiming their rows, and records the claim (observeClaim). A busy
+// claim walks its index in order (claimInIndexOrder). Every error is
+// reported once as what failed.
+func (r *Relay) claimRows(ctx context.Context, stmt string, args pgx.StrictNamedArgs, req claimRequest, what string) ([]claimed, []heldKey, error) {
 	start := time.Now()
 	var batch []claimed
 	var held []heldKey
 	var err error
-	if r.claimSampler.due(start) {
-		batch, held, err = r.claimMeasured(ctx, stmt, args, limit)
-	} else {
+	switch {
+	case r.claimSampler.due(start):
+		batch, held, err = r.claimMeasured(ctx, stmt, args, req)
+	case req.busy:
+		batch, held, err = r.claimInIndexOrder(ctx, stmt, args, req.limit)
+	default:
 		var rows pgx.Rows
 		if rows, err = r.pool.Query(ctx, stmt, planPerExecution, args); err == nil {
-			batch, held, err = r.readClaimed(rows, limit)
+			batch, held, err = r.readClaimed(rows, req.limit)
 		}
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", what, err)
 	}
 	r.observeClaim(start, batch)
+	return batch, held, nil
+}
+
+// claimInIndexOrder runs the claim statement stmt in a transaction whose
+// planner walks the indexes in order (queryClaimPlan), in one round trip:
+// BEGIN, the settings, the claim and COMMIT go in one pipeline. The rows
+// are returned only once the transaction committed: until then their
+// leases are not taken. A connection left in a failed transaction is
+// closed by the pool when released.
+func (r *Relay) claimInIndexOrder(ctx context.Context, stmt string, args pgx.StrictNamedArgs, limit int) (batch []claimed, held []heldKey, err error) {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(r.q.claimPlan)
+	b.Queue(stmt, args)
+	b.Queue("COMMIT")
+	br := conn.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			batch, held, err = nil, nil, cerr
+		}
+	}()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return nil, nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, err
+	}
+	if batch, held, err = r.readClaimed(rows, limit); err != nil {
+		return nil, nil, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, fmt.Errorf("commit: %w", err)
+	}
 	return batch, held, nil
 }
 

@@ -41,12 +41,17 @@ type claimStats struct{ entries, buffers int64 }
 // transaction that reads the statistics before and after it, and records
 // the difference. Rows are returned only once the transaction committed:
 // until then their leases are not taken.
-func (r *Relay) claimMeasured(ctx context.Context, stmt string, args pgx.StrictNamedArgs, limit int) (batch []claimed, held []heldKey, err error) {
+func (r *Relay) claimMeasured(ctx context.Context, stmt string, args pgx.StrictNamedArgs, req claimRequest) (batch []claimed, held []heldKey, err error) {
 	tx, err := r.pool.Begin(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if req.busy {
+		if _, err := tx.Exec(ctx, r.q.claimPlan); err != nil {
+			return nil, nil, fmt.Errorf("set the claim's plan: %w", err)
+		}
+	}
 	var before, after claimStats
 	if err := tx.QueryRow(ctx, r.q.claimStats).Scan(&before.entries, &before.buffers); err != nil {
 		return nil, nil, fmt.Errorf("read claim statistics: %w", err)
@@ -55,7 +60,7 @@ func (r *Relay) claimMeasured(ctx context.Context, stmt string, args pgx.StrictN
 	if err != nil {
 		return nil, nil, err
 	}
-	if batch, held, err = r.readClaimed(rows, limit); err != nil {
+	if batch, held, err = r.readClaimed(rows, req.limit); err != nil {
 		return nil, nil, err
 	}
 	if err := tx.QueryRow(ctx, r.q.claimStats).Scan(&after.entries, &after.buffers); err != nil {

@@ -66,6 +66,7 @@ func goldenStatements() map[string]map[string]string {
 			"gauge_horizon":          q.horizonAge,
 			"floor":                  q.floor,
 			"measure_claim":          q.claimStats,
+			"plan_claims":            q.claimPlan,
 		},
 	}
 }

@@ -66,7 +66,7 @@ func (m *ordered) claimHeads(ctx context.Context, req claimRequest) ([]claimed, 
 	args := m.r.claimArgs(req)
 	args["recheck"] = laneRecheck
 	delete(args, "floor") // lanes have their own due index
-	batch, empty, err := m.r.claimRows(ctx, m.claimLanes, args, req.limit, "claim heads of keys")
+	batch, empty, err := m.r.claimRows(ctx, m.claimLanes, args, req, "claim heads of keys")
 	if err != nil {
 		return nil, err
 	}

@@ -111,7 +111,7 @@ func (m *partitioned) claimer() claimer {
 			args["held_keys"] = held
 			stmt = m.claims[1]
 		}
-		batch, keys, err := m.r.claimRows(ctx, stmt, args, req.limit, "claim rows of owned buckets")
+		batch, keys, err := m.r.claimRows(ctx, stmt, args, req, "claim rows of owned buckets")
 		rows := make([]int32, len(batch))
 		for i := range batch {
 			// The epoch the claim checked, even if the bucket changed
