@@ -83,10 +83,11 @@ type claimRequest struct {
 	oversized bool
 	// closed are the sinks whose rows must not be claimed now.
 	closed []string
-	// busy is set when the loop's last claim found rows: more may wait,
-	// a backlog perhaps, so the claim walks its index in order
-	// (claimInIndexOrder). A poll of an idle table runs as one statement.
-	busy bool
+	// backlog is set when the loop's last claim came back full: more rows
+	// wait, so the claim walks its index in order (claimInIndexOrder).
+	// Other claims (polls, a steady stream's partial batches) run as one
+	// statement.
+	backlog bool
 }
 
 // claimLoop claims batches with c and starts their deliveries until ctx
@@ -97,7 +98,7 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 	failures := 0
 	var failing reminder
 	var lastRows time.Time     // when a claim last found rows
-	busy := false              // whether the last claim found rows
+	backlog := false           // whether the last claim came back full
 	idle := r.cfg.PollInterval // the next pause after an empty claim
 	for ctx.Err() == nil {
 		// Taken before the claim: a notification, or rows found by another
@@ -126,8 +127,8 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 		// begins, so that a hung database cannot hold the shutdown.
 		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/4)
 		cutOff := context.AfterFunc(ctx, func() { time.AfterFunc(claimShutdownGrace, cancel) })
-		batch, err := c.claim(claimCtx, claimRequest{limit: limit, bytes: bytes, oversized: oversized, closed: closed, busy: busy})
-		busy = len(batch) > 0
+		batch, err := c.claim(claimCtx, claimRequest{limit: limit, bytes: bytes, oversized: oversized, closed: closed, backlog: backlog})
+		backlog = len(batch) == limit
 		cutOff()
 		cancel()
 		used := map[string]int{}
@@ -261,9 +262,9 @@ func (r *Relay) claimArgs(req claimRequest) pgx.StrictNamedArgs {
 
 // claimRows runs the claim statement stmt with args for req and returns
 // the rows it leased (readClaimed) and the keys it reports without
-// claiming their rows, and records the claim (observeClaim). A busy
-// claim walks its index in order (claimInIndexOrder). Every error is
-// reported once as what failed.
+// claiming their rows, and records the claim (observeClaim). A claim
+// behind a backlog walks its index in order (claimInIndexOrder). Every
+// error is reported once as what failed.
 func (r *Relay) claimRows(ctx context.Context, stmt string, args pgx.StrictNamedArgs, req claimRequest, what string) ([]claimed, []heldKey, error) {
 	start := time.Now()
 	var batch []claimed
@@ -272,7 +273,7 @@ func (r *Relay) claimRows(ctx context.Context, stmt string, args pgx.StrictNamed
 	switch {
 	case r.claimSampler.due(start):
 		batch, held, err = r.claimMeasured(ctx, stmt, args, req)
-	case req.busy:
+	case req.backlog:
 		batch, held, err = r.claimInIndexOrder(ctx, stmt, args, req.limit)
 	default:
 		var rows pgx.Rows

@@ -47,7 +47,7 @@ func (r *Relay) claimMeasured(ctx context.Context, stmt string, args pgx.StrictN
 		return nil, nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if req.busy {
+	if req.backlog {
 		if _, err := tx.Exec(ctx, r.q.claimPlan); err != nil {
 			return nil, nil, fmt.Errorf("set the claim's plan: %w", err)
 		}

@@ -416,7 +416,9 @@ func (l *latencies) percentiles() (p50, p99, worst float64) {
 	return at(0.50), at(0.99), at(1)
 }
 
-func streamMsgs(ctx context.Context, url string) (uint64, error) {
+// StreamMessages returns the number of messages JetStream stream holds on
+// the NATS server at url.
+func StreamMessages(ctx context.Context, url, stream string) (uint64, error) {
 	nc, err := nats.Connect(url)
 	if err != nil {
 		return 0, err
@@ -426,7 +428,7 @@ func streamMsgs(ctx context.Context, url string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	st, err := js.Stream(ctx, Stream)
+	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return 0, err
 	}
@@ -748,7 +750,7 @@ func verify(ctx context.Context, pool *pgxpool.Pool, o Options) (verification, e
 	if err != nil {
 		return verification{}, err
 	}
-	msgs, err := streamMsgs(ctx, o.NatsURL)
+	msgs, err := StreamMessages(ctx, o.NatsURL, Stream)
 	if err != nil {
 		return verification{}, err
 	}

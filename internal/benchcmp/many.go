@@ -19,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/internal/bench"
 )
@@ -597,7 +596,7 @@ func runFair(ctx context.Context, o manyOptions, admin *pgxpool.Pool, adminURL, 
 	if r.Alone.P50Ms > 0 {
 		r.P50Ratio = r.Beside.P50Ms / r.Alone.P50Ms
 	}
-	r.StreamMsgs, _ = streamMessages(ctx, natsURL, "MANY_FAIR")
+	r.StreamMsgs, _ = bench.StreamMessages(ctx, natsURL, "MANY_FAIR")
 	return r, nil
 }
 
@@ -681,27 +680,6 @@ func (t *trickle) snapshot() []trickleRow {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]trickleRow(nil), t.rows...)
-}
-
-func streamMessages(ctx context.Context, natsURL, stream string) (uint64, error) {
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		return 0, err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return 0, err
-	}
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return 0, err
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return info.State.Msgs, nil
 }
 
 func (r idleResult) line() string {

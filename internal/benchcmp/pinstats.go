@@ -104,8 +104,7 @@ func p99ms(d []time.Duration) *float64 {
 	if len(d) == 0 {
 		return nil
 	}
-	slices.Sort(d)
-	v := float64(d[int(float64(len(d)-1)*0.99)]) / 1e6
+	v := quantileMs(d, 0.99)
 	return &v
 }
 
