@@ -69,6 +69,8 @@ func main() {
 	pgBin := flag.String("pg-bin", "", "-pin-horizon, -many-outboxes: directory of initdb and pg_ctl (default: the newest /usr/lib/postgresql/*/bin, else PATH)")
 	pgPort := flag.Int("pg-port", 5499, "-pin-horizon, -many-outboxes: port of the benchmark's own server (a free one when taken)")
 	natsURL := flag.String("nats-url", "", "-pin-horizon, -many-outboxes: NATS server of the relays (default: a JetStream server in process for each)")
+	relayMode := flag.String("relay-mode", "", "-pin-horizon: the relays' RELAY_MODE (ordered, partitioned; default: the relay's default); the producers then give each row one of -keys keys")
+	keys := flag.Int("keys", 100, "-pin-horizon with -relay-mode: keys the producers' rows are spread over, round robin")
 	refloopUnpinned := flag.Bool("refloop-unpinned", false, "-pin-horizon: also run refloop on an unpinned database")
 	jsonOut := flag.String("json", "", "-pin-horizon, -many-outboxes: also write the report as JSON to this file")
 	manyOutboxes := flag.Bool("many-outboxes", false, "the many-outboxes benchmark (many.go): the relay binary (-binary, default bin/outbox-relay) serving -outboxes idle schemas in four configurations, each measured for -duration (default 60s) after -warmup; then a -backlog in one schema beside a trickle of -trickle-rate rows/s in another")
@@ -112,6 +114,7 @@ func main() {
 			PGURL: *pgURL, PGBin: *pgBin, PGPort: *pgPort, NatsURL: *natsURL,
 			Duration: *duration, Every: *every, PinAfter: *pinAfter,
 			Rate: *rate, Producers: *producers, PayloadBytes: *payload, JSON: *jsonOut,
+			Mode: *relayMode, Keys: *keys,
 		}
 		if !set["binary"] {
 			o.Binary = "bin/outbox-relay"

@@ -62,6 +62,10 @@ type pinOptions struct {
 	Producers    int     // producer connections per database
 	PayloadBytes int
 	JSON         string // write the report there as JSON when set
+	// Mode, when set, is the relays' RELAY_MODE (ordered, partitioned);
+	// the producers then give each row one of Keys keys, round robin.
+	Mode string
+	Keys int
 	// Grace is how long refloop may take after the producers stopped to
 	// deliver the rest and print its line (default 30s).
 	Grace time.Duration
@@ -190,6 +194,9 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 	}
 	rep.Contenders = cs
 	for _, c := range cs {
+		if c.Kind == "relay" && o.Mode != "" {
+			c.env = append(c.env, "RELAY_MODE="+o.Mode)
+		}
 		slug := strings.ReplaceAll(c.Name, " ", "_")
 		c.DB = pinDBPrefix + slug
 		if c.url, err = databaseURL(adminURL, c.DB); err != nil {
@@ -279,6 +286,9 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 	}
 	fmt.Fprintf(w, "%d contenders, %g rows/s each (%d producer connections, one row per transaction, %d-byte payloads), pin after %s, for %s; load %s\n",
 		len(cs), o.Rate, o.Producers, o.PayloadBytes, o.PinAfter, o.Duration, rep.LoadBefore)
+	if o.Mode != "" {
+		fmt.Fprintf(w, "relays in RELAY_MODE=%s, rows spread over %d keys\n", o.Mode, o.Keys)
+	}
 
 	var pins []*pgx.Conn
 	defer func() {

@@ -154,7 +154,7 @@ func produce(ctx context.Context, o pinOptions, c *contender) error {
 	var next atomic.Int64
 	errs := make(chan error, o.Producers)
 	var wg sync.WaitGroup
-	const insert = "INSERT INTO outbox.messages (topic, payload, headers) VALUES ($1, $2, $3::jsonb)"
+	const insert = "INSERT INTO outbox.messages (topic, payload, headers, key) VALUES ($1, $2, $3::jsonb, $4)"
 	for range o.Producers {
 		wg.Go(func() {
 			for {
@@ -170,7 +170,12 @@ func produce(ctx context.Context, o pinOptions, c *contender) error {
 					}
 				}
 				hdr := map[string]string{"event-type": "order.created", "trace-id": strconv.FormatInt(seq, 16)}
-				if _, err := pool.Exec(ctx, insert, pinTopic, bench.Payload(seq, o.PayloadBytes), hdr); err != nil {
+				var key *string
+				if o.Mode != "" && o.Keys > 0 {
+					k := "k" + strconv.FormatInt(seq%int64(o.Keys), 10)
+					key = &k
+				}
+				if _, err := pool.Exec(ctx, insert, pinTopic, bench.Payload(seq, o.PayloadBytes), hdr, key); err != nil {
 					if ctx.Err() == nil {
 						errs <- err
 					}
