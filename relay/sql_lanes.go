@@ -18,9 +18,13 @@ const unkeyedOnly = `
 // message per key is in flight. Each lane it looked at moves out of the due
 // range: to the end of the lease when its head was claimed (so that an
 // expired lease makes it due again), to its head's available_at when the
-// head waits (delayed, in backoff), to the end of the head's lease when
-// another claim holds it, and @recheck ahead when the head's sink is
-// closed. A lane whose head did not fit in the @byte_budget this claim may
+// head waits (delayed, in backoff), and @recheck ahead when the head's sink
+// is closed or another claim holds it leased. Not to the end of that lease:
+// a claim whose snapshot was taken before the head's settle committed
+// still sees the head, leased, after the settle made the lane due, and
+// would park the lane, with the key's next row behind it, for up to a
+// lease (30 s) although nothing holds it; settles move a lane whose head
+// another claim holds anyway. A lane whose head did not fit in the @byte_budget this claim may
 // take (withinBytes) stays due, in its place, for the claim after the next
 // settle. Its rows are those of queryMessagesClaim, then one row per lane
 // that has no head left, with only the last column, that lane's key, set:
@@ -61,7 +65,7 @@ WITH due_lanes AS MATERIALIZED (
                WHEN h.id = ANY (ARRAY(SELECT id FROM claimable)) THEN now() + @lease::interval
                WHEN h.id = ANY (ARRAY(SELECT id FROM locked)) THEN l.available_at
                WHEN h.available_at > now() THEN h.available_at
-               WHEN h.leased_until > now() THEN least(h.leased_until, now() + @lease::interval)
+               WHEN h.leased_until > now() THEN least(h.leased_until, now() + @recheck::interval)
                ELSE now() + @recheck::interval
            END
       FROM heads AS h

@@ -51,7 +51,7 @@ WITH due_lanes AS MATERIALIZED (
                WHEN h.id = ANY (ARRAY(SELECT id FROM claimable)) THEN now() + @lease::interval
                WHEN h.id = ANY (ARRAY(SELECT id FROM locked)) THEN l.available_at
                WHEN h.available_at > now() THEN h.available_at
-               WHEN h.leased_until > now() THEN least(h.leased_until, now() + @lease::interval)
+               WHEN h.leased_until > now() THEN least(h.leased_until, now() + @recheck::interval)
                ELSE now() + @recheck::interval
            END
       FROM heads AS h
