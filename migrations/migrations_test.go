@@ -126,3 +126,64 @@ func TestApply_IDsBecomeTheDatabasesInPlace(t *testing.T) {
 		t.Errorf("%d rows in messages after the upgrade, want the 4 pending and the new one", n)
 	}
 }
+
+// A schema of version 9 in partitioned mode migrates in place with its
+// pending rows: both due indexes become partial (lookups by id can no
+// longer walk them) and a later switch builds the bucket index partial too.
+func TestApply_DueIndexesBecomePartialInPlace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.NewEmpty(t)
+	conn := db.Conn(t)
+	q := migrations.Quote(db.Name)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+q); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.MigrateTo(ctx, conn, db.Name, 9); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		"UPDATE " + q + ".relay_mode SET mode = 'partitioned'",
+		"SELECT " + q + ".messages_apply_mode()",
+		"INSERT INTO " + q + ".messages (topic, payload, key) SELECT 't', 'x', 'k' || i FROM generate_series(1, 50) AS i",
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if _, err := migrations.Apply(ctx, conn, db.Name); err != nil {
+		t.Fatal(err)
+	}
+	predicate := func(index string) string {
+		t.Helper()
+		var p *string
+		if err := conn.QueryRow(ctx, "SELECT pg_get_expr(indpred, indrelid) FROM pg_index WHERE indexrelid = to_regclass($1)",
+			q+"."+index).Scan(&p); err != nil {
+			t.Fatalf("%s: %v", index, err)
+		}
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	for _, index := range []string{"messages_due_idx", "messages_bucket_due_idx"} {
+		if p := predicate(index); p != "(available_at IS NOT NULL)" {
+			t.Errorf("%s: predicate %q after the upgrade; want (available_at IS NOT NULL)", index, p)
+		}
+	}
+	if n := db.Count(t, "messages"); n != 50 {
+		t.Errorf("%d rows in messages after the upgrade, want the 50 pending", n)
+	}
+	// Out of partitioned mode and back: the bucket index is built again, partial.
+	for _, mode := range []string{"unordered", "partitioned"} {
+		if _, err := conn.Exec(ctx, "UPDATE "+q+".relay_mode SET mode = $1", mode); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "SELECT "+q+".messages_apply_mode()"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := predicate("messages_bucket_due_idx"); p != "(available_at IS NOT NULL)" {
+		t.Errorf("messages_bucket_due_idx: predicate %q after a switch back to partitioned mode; want (available_at IS NOT NULL)", p)
+	}
+}
