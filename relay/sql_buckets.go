@@ -42,7 +42,7 @@ WITH owned AS MATERIALIZED (` + bucketOwned + `
       FROM fits AS f
      WHERE f.key IS NULL
         OR NOT EXISTS (SELECT 1 FROM {schema}.messages AS o
-                        WHERE o.key = f.key AND o.id < f.id
+                        WHERE o.key = f.key AND (o.key, o.id) < (f.key, f.id)
                           AND o.id <> ALL (ARRAY(SELECT id FROM fits)))
 ), held AS (
     SELECT DISTINCT key FROM fits
@@ -56,7 +56,7 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                     ELSE greatest(o.available_at, now()) END
           FROM {schema}.messages AS o
          WHERE o.key = h.key AND o.id <> ALL (ARRAY(SELECT id FROM fits))
-         ORDER BY o.id LIMIT 1),
+         ORDER BY o.key, o.id LIMIT 1),
        NULL, NULL, NULL, NULL, NULL, h.key
   FROM held AS h`
 
@@ -104,7 +104,7 @@ const bucketHeldHeads = `
         SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
           FROM {schema}.messages AS m
          WHERE m.id = ANY (ARRAY(
-               SELECT (SELECT h.id FROM {schema}.messages AS h WHERE h.key = k.key ORDER BY h.id LIMIT 1)
+               SELECT (SELECT h.id FROM {schema}.messages AS h WHERE h.key = k.key ORDER BY h.key, h.id LIMIT 1)
                  FROM unnest(@held_keys::text[]) AS k(key)))
            AND {schema}.messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM owned))
            AND m.available_at <= now()

@@ -46,7 +46,7 @@ WITH due_lanes AS MATERIALIZED (
            SELECT m.id, m.available_at, m.leased_until, m.destination
              FROM {schema}.messages AS m
             WHERE m.key = d.key
-            ORDER BY m.id
+            ORDER BY m.key, m.id
             LIMIT 1
       ) AS h ON true
 ), locked AS MATERIALIZED (
@@ -148,7 +148,7 @@ WITH unkeyed AS (
     SELECT h.destination, h.available_at
       FROM (SELECT key FROM {schema}.lanes WHERE available_at <= now() LIMIT @cap) AS l,
            LATERAL (SELECT m.destination, m.available_at, m.leased_until FROM {schema}.messages AS m
-                     WHERE m.key = l.key ORDER BY m.id LIMIT 1) AS h
+                     WHERE m.key = l.key ORDER BY m.key, m.id LIMIT 1) AS h
      WHERE h.available_at <= now() AND (h.leased_until IS NULL OR h.leased_until <= now())
 )
 SELECT coalesce(destination, @default_sink), count(*), min(available_at)
@@ -163,7 +163,7 @@ const queryLanesBlocked = `
 SELECT (SELECT count(*)
           FROM (SELECT key FROM {schema}.lanes WHERE available_at > now() LIMIT @lanes_cap) AS l,
                LATERAL (SELECT m.attempts, m.leased_by, m.available_at FROM {schema}.messages AS m
-                         WHERE m.key = l.key ORDER BY m.id LIMIT 1) AS h
+                         WHERE m.key = l.key ORDER BY m.key, m.id LIMIT 1) AS h
          WHERE h.attempts > 0 AND h.leased_by IS NULL AND h.available_at > now()),
        greatest((SELECT count(*) FROM (SELECT 1 FROM {schema}.messages WHERE key IS NOT NULL LIMIT @cap) AS k)
               - (SELECT count(*) FROM (SELECT 1 FROM {schema}.lanes LIMIT @cap) AS l), 0)`

@@ -13,7 +13,7 @@ WITH due_lanes AS MATERIALIZED (
            SELECT m.id, m.available_at, m.leased_until, m.destination
              FROM "outbox".messages AS m
             WHERE m.key = d.key
-            ORDER BY m.id
+            ORDER BY m.key, m.id
             LIMIT 1
       ) AS h ON true
 ), locked AS MATERIALIZED (

@@ -30,7 +30,7 @@ WITH owned AS MATERIALIZED (
       FROM fits AS f
      WHERE f.key IS NULL
         OR NOT EXISTS (SELECT 1 FROM "outbox".messages AS o
-                        WHERE o.key = f.key AND o.id < f.id
+                        WHERE o.key = f.key AND (o.key, o.id) < (f.key, f.id)
                           AND o.id <> ALL (ARRAY(SELECT id FROM fits)))
 ), held AS (
     SELECT DISTINCT key FROM fits
@@ -57,6 +57,6 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                     ELSE greatest(o.available_at, now()) END
           FROM "outbox".messages AS o
          WHERE o.key = h.key AND o.id <> ALL (ARRAY(SELECT id FROM fits))
-         ORDER BY o.id LIMIT 1),
+         ORDER BY o.key, o.id LIMIT 1),
        NULL, NULL, NULL, NULL, NULL, h.key
   FROM held AS h

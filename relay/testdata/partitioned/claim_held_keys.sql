@@ -24,7 +24,7 @@ WITH owned AS MATERIALIZED (
         SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
           FROM "outbox".messages AS m
          WHERE m.id = ANY (ARRAY(
-               SELECT (SELECT h.id FROM "outbox".messages AS h WHERE h.key = k.key ORDER BY h.id LIMIT 1)
+               SELECT (SELECT h.id FROM "outbox".messages AS h WHERE h.key = k.key ORDER BY h.key, h.id LIMIT 1)
                  FROM unnest(@held_keys::text[]) AS k(key)))
            AND "outbox".messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM owned))
            AND m.available_at <= now()
@@ -43,7 +43,7 @@ WITH owned AS MATERIALIZED (
       FROM fits AS f
      WHERE f.key IS NULL
         OR NOT EXISTS (SELECT 1 FROM "outbox".messages AS o
-                        WHERE o.key = f.key AND o.id < f.id
+                        WHERE o.key = f.key AND (o.key, o.id) < (f.key, f.id)
                           AND o.id <> ALL (ARRAY(SELECT id FROM fits)))
 ), held AS (
     SELECT DISTINCT key FROM fits
@@ -70,6 +70,6 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                     ELSE greatest(o.available_at, now()) END
           FROM "outbox".messages AS o
          WHERE o.key = h.key AND o.id <> ALL (ARRAY(SELECT id FROM fits))
-         ORDER BY o.id LIMIT 1),
+         ORDER BY o.key, o.id LIMIT 1),
        NULL, NULL, NULL, NULL, NULL, h.key
   FROM held AS h
