@@ -185,7 +185,13 @@ func TestManyOutboxes(t *testing.T) {
 	}
 	for i, r := range rep.Idle[1:] {
 		want := []int{3, 3, 3, 1}[i]
-		if r.Outboxes != want || r.ClaimsPerS <= 0 || r.StatementsPerS < r.ClaimsPerS || r.Connections == 0 || len(r.Top) == 0 {
+		// Every claim is a statement, but the claims come from the relay's
+		// /metrics and the statements from pg_stat_statements, read a
+		// moment apart: a claim per outbox may fall on either side of the
+		// window's edges (2.6 statements/s against 3.0 claims/s once, at
+		// about one claim a second per outbox).
+		edges := float64(r.Outboxes) / o.Duration.Seconds()
+		if r.Outboxes != want || r.ClaimsPerS <= 0 || r.StatementsPerS+edges < r.ClaimsPerS || r.Connections == 0 || len(r.Top) == 0 {
 			t.Errorf("%s: %d outboxes (want %d), %.1f claims/s, %.1f statements/s, %d connections, %d statements", r.Name, r.Outboxes, want, r.ClaimsPerS, r.StatementsPerS, r.Connections, len(r.Top))
 		}
 	}
