@@ -2,10 +2,12 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
@@ -94,24 +96,10 @@ func TestCurrentVersion_IsZeroOnAnEmptySchema(t *testing.T) {
 func TestApply_IDsBecomeTheDatabasesInPlace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.NewEmpty(t)
-	conn := db.Conn(t)
-	q := migrations.Quote(db.Name)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+q); err != nil {
-		t.Fatal(err)
-	}
-	if err := migrations.MigrateTo(ctx, conn, db.Name, 7); err != nil {
-		t.Fatal(err)
-	}
-	for _, stmt := range []string{
-		"INSERT INTO " + q + ".messages (topic, payload) SELECT 't', 'x' FROM generate_series(1, 3)",
-		"INSERT INTO " + q + ".messages (id, topic, payload) OVERRIDING SYSTEM VALUE VALUES (1000, 't', 'chosen')",
-		"INSERT INTO " + q + ".dead_letters (id, topic, payload, idempotency_key, created_at, attempts, reason, error) VALUES (5000, 't', 'x', 'k', now(), 1, 'failed', 'e')",
-	} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+	db, conn, q := schemaAt(t, 7,
+		"INSERT INTO %[1]s.messages (topic, payload) SELECT 't', 'x' FROM generate_series(1, 3)",
+		"INSERT INTO %[1]s.messages (id, topic, payload) OVERRIDING SYSTEM VALUE VALUES (1000, 't', 'chosen')",
+		"INSERT INTO %[1]s.dead_letters (id, topic, payload, idempotency_key, created_at, attempts, reason, error) VALUES (5000, 't', 'x', 'k', now(), 1, 'failed', 'e')")
 	if n, err := migrations.Apply(ctx, conn, db.Name); err != nil || n != int(migrations.Latest())-7 {
 		t.Fatalf("Apply = %d, %v", n, err)
 	}
@@ -133,24 +121,10 @@ func TestApply_IDsBecomeTheDatabasesInPlace(t *testing.T) {
 func TestApply_DueIndexesBecomePartialInPlace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.NewEmpty(t)
-	conn := db.Conn(t)
-	q := migrations.Quote(db.Name)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+q); err != nil {
-		t.Fatal(err)
-	}
-	if err := migrations.MigrateTo(ctx, conn, db.Name, 9); err != nil {
-		t.Fatal(err)
-	}
-	for _, stmt := range []string{
-		"UPDATE " + q + ".relay_mode SET mode = 'partitioned'",
-		"SELECT " + q + ".messages_apply_mode()",
-		"INSERT INTO " + q + ".messages (topic, payload, key) SELECT 't', 'x', 'k' || i FROM generate_series(1, 50) AS i",
-	} {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
+	db, conn, q := schemaAt(t, 9,
+		"UPDATE %[1]s.relay_mode SET mode = 'partitioned'",
+		"SELECT %[1]s.messages_apply_mode()",
+		"INSERT INTO %[1]s.messages (topic, payload, key) SELECT 't', 'x', 'k' || i FROM generate_series(1, 50) AS i")
 	if _, err := migrations.Apply(ctx, conn, db.Name); err != nil {
 		t.Fatal(err)
 	}
@@ -186,4 +160,27 @@ func TestApply_DueIndexesBecomePartialInPlace(t *testing.T) {
 	if p := predicate("messages_bucket_due_idx"); p != "(available_at IS NOT NULL)" {
 		t.Errorf("messages_bucket_due_idx: predicate %q after a switch back to partitioned mode; want (available_at IS NOT NULL)", p)
 	}
+}
+
+// schemaAt returns a new schema migrated to version, after running stmts
+// in it (%[1]s: the quoted schema), a connection and the quoted schema.
+func schemaAt(t *testing.T, version int32, stmts ...string) (*dbtest.Schema, *pgx.Conn, string) {
+	t.Helper()
+	ctx := context.Background()
+	db := dbtest.NewEmpty(t)
+	conn := db.Conn(t)
+	q := migrations.Quote(db.Name)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+q); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.MigrateTo(ctx, conn, db.Name, version); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range stmts {
+		stmt = fmt.Sprintf(stmt, q)
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	return db, conn, q
 }

@@ -30,7 +30,7 @@ import (
 // id leave the due indexes to the statements that bound available_at
 // (they are partial, migration 10), and lookups of a key's rows name the
 // order of messages_key_idx (ORDER BY key, id; (key, id) < (…) for older
-// rows), which the primary key cannot give (TestLookupsByID_CannotUseADueIndex).
+// rows), which the primary key cannot give (lookup_by_id_test.go).
 
 // planPerExecution runs a statement as PostgreSQL's unnamed prepared
 // statement, which is planned for the arguments of each execution (with the

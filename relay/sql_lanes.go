@@ -23,10 +23,10 @@ const unkeyedOnly = `
 // a claim whose snapshot was taken before the head's settle committed
 // still sees the head, leased, after the settle made the lane due, and
 // would park the lane, with the key's next row behind it, for up to a
-// lease (30 s) although nothing holds it; settles move a lane whose head
-// another claim holds anyway. A lane whose head did not fit in the @byte_budget this claim may
-// take (withinBytes) stays due, in its place, for the claim after the next
-// settle. Its rows are those of queryMessagesClaim, then one row per lane
+// lease (30 s) although nothing holds it; the settle of a head another
+// claim holds moves its lane anyway. A lane whose head did not fit in the
+// @byte_budget this claim may take (withinBytes) stays due, in its place,
+// for the claim after the next settle. Its rows are those of queryMessagesClaim, then one row per lane
 // that has no head left, with only the last column, that lane's key, set:
 // the caller prunes them (queryLanesPrune). The cost follows the lanes
 // claimed, not the rows queued behind heads in flight.
