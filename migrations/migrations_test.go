@@ -117,7 +117,8 @@ func TestApply_IDsBecomeTheDatabasesInPlace(t *testing.T) {
 
 // A schema of version 9 in partitioned mode migrates in place with its
 // pending rows: both due indexes become partial (lookups by id can no
-// longer walk them) and a later switch builds the bucket index partial too.
+// longer walk them), the bucket index on a predicate only the bucket walk
+// states (migration 11), and a later switch builds it the same.
 func TestApply_DueIndexesBecomePartialInPlace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -140,14 +141,32 @@ func TestApply_DueIndexesBecomePartialInPlace(t *testing.T) {
 		}
 		return *p
 	}
-	for _, index := range []string{"messages_due_idx", "messages_bucket_due_idx"} {
-		if p := predicate(index); p != "(available_at IS NOT NULL)" {
-			t.Errorf("%s: predicate %q after the upgrade; want (available_at IS NOT NULL)", index, p)
+	want := map[string]string{
+		"messages_due_idx":        "(available_at IS NOT NULL)",
+		"messages_bucket_due_idx": fmt.Sprintf("((%[1]s.messages_bucket(key, id) >= 0) AND (%[1]s.messages_bucket(key, id) <= 63))", db.Name),
+	}
+	for index, w := range want {
+		if p := predicate(index); p != w {
+			t.Errorf("%s: predicate %q after the upgrade; want %s", index, p, w)
 		}
 	}
 	if n := db.Count(t, "messages"); n != 50 {
 		t.Errorf("%d rows in messages after the upgrade, want the 50 pending", n)
 	}
+	// The key index by time joins the key index in partitioned mode.
+	keyIndexes := func(when string, want ...string) {
+		t.Helper()
+		var got []string
+		if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(c.relname::text ORDER BY c.relname), '{}') FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
+		                               WHERE i.indrelid = to_regclass($1) AND c.relname IN ('messages_key_idx', 'messages_key_due_idx')`,
+			q+".messages").Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("key indexes %s: %v, want %v", when, got, want)
+		}
+	}
+	keyIndexes("after the upgrade", "messages_key_due_idx", "messages_key_idx")
 	// Out of partitioned mode and back: the bucket index is built again, partial.
 	for _, mode := range []string{"unordered", "partitioned"} {
 		if _, err := conn.Exec(ctx, "UPDATE "+q+".relay_mode SET mode = $1", mode); err != nil {
@@ -156,9 +175,13 @@ func TestApply_DueIndexesBecomePartialInPlace(t *testing.T) {
 		if _, err := conn.Exec(ctx, "SELECT "+q+".messages_apply_mode()"); err != nil {
 			t.Fatal(err)
 		}
+		if mode == "unordered" {
+			keyIndexes("in unordered mode", "messages_key_idx")
+		}
 	}
-	if p := predicate("messages_bucket_due_idx"); p != "(available_at IS NOT NULL)" {
-		t.Errorf("messages_bucket_due_idx: predicate %q after a switch back to partitioned mode; want (available_at IS NOT NULL)", p)
+	keyIndexes("back in partitioned mode", "messages_key_due_idx", "messages_key_idx")
+	if p, w := predicate("messages_bucket_due_idx"), want["messages_bucket_due_idx"]; p != w {
+		t.Errorf("messages_bucket_due_idx: predicate %q after a switch back to partitioned mode; want %s", p, w)
 	}
 }
 

@@ -22,7 +22,8 @@ import (
 // settled id to find rows by id (a settle of 417 rows read 38,000 buffers
 // and took 1.3 s; claims timed out about once a minute), and walked the
 // primary key below each row's id to find a key's older rows (1.3M buffers
-// per partitioned claim). Each test drops the index the statement should
+// per partitioned claim) and every dead entry of a key to find its older
+// rows. Each test drops the index the statement should
 // use inside its transaction, so that the wrong one would be chosen if it
 // were a candidate at all, whatever the costs.
 
@@ -86,11 +87,14 @@ func TestLookupsByID_CannotUseADueIndex(t *testing.T) {
 	}
 }
 
-// TestKeyLookups_CannotWalkThePrimaryKey: a partitioned claim looks a key's
-// older rows up through messages_key_idx (key, id) and cannot turn to the
-// primary key below an id: the lookups of a key's rows name the order
-// (key, id), which the primary key cannot give.
-func TestKeyLookups_CannotWalkThePrimaryKey(t *testing.T) {
+// TestKeyLookups_StartAtTheOrderFloor: a partitioned claim looks a key's
+// older rows up through messages_key_due_idx (key, available_at, id) from
+// the order floor up, above the dead entries of the key's delivered rows,
+// not through messages_key_idx (key, id), which passes them all; without
+// either it cannot turn to the primary key below an id, nor to
+// messages_due_idx: the lookups name the key first, in a row comparison
+// neither can serve (migration 11).
+func TestKeyLookups_StartAtTheOrderFloor(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, r := staleStatistics(t, outbox.ModePartitioned)
@@ -99,15 +103,63 @@ func TestKeyLookups_CannotWalkThePrimaryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "DROP INDEX "+db.Table("messages_key_idx")); err != nil {
+	claim, _, claimArgs, _ := lookupStatements(t, tx, db, r)
+	byKey := func(index string) bool { return index == "messages_key_due_idx" }
+	uses := indexScans(explain(t, tx, claim, claimArgs), "CTE kept", byKey)
+	if len(uses) == 0 {
+		t.Errorf("the older-row check does not use messages_key_due_idx")
+	}
+	for _, use := range uses {
+		if !strings.Contains(use, "available_at") {
+			t.Errorf("the older-row check does not start at the order floor: %s", use)
+		}
+	}
+	if _, err := tx.Exec(ctx, "DROP INDEX "+db.Table("messages_key_due_idx")+", "+db.Table("messages_key_idx")); err != nil {
 		t.Fatal(err)
 	}
-	claim, _, claimArgs, _ := lookupStatements(t, tx, db, r)
-	belowAnID := func(index string) bool { return index == "messages_pkey" }
-	for _, use := range indexScans(explain(t, tx, claim, claimArgs), "", belowAnID) {
-		if strings.Contains(use, "id <") {
-			t.Errorf("the claim looks keys' older rows up through %s", use)
+	// The claim with held keys too: it looks their oldest rows up.
+	withHeld := pgx.StrictNamedArgs{"held_keys": []string{"k1", "k2"}}
+	for k, v := range claimArgs {
+		withHeld[k] = v
+	}
+	unbounded := func(index string) bool { return index == "messages_pkey" || index == "messages_due_idx" }
+	for _, plan := range []map[string]any{
+		explain(t, tx, claim, claimArgs),
+		explain(t, tx, r.mode.(*partitioned).claims[1], withHeld),
+	} {
+		for _, use := range indexScans(plan, "", unbounded) {
+			if strings.Contains(use, "id <") || strings.Contains(use, "IS NOT NULL") || strings.Contains(use, "messages_due_idx") {
+				t.Errorf("the claim looks keys' rows up through %s", use)
+			}
 		}
+	}
+}
+
+// TestBucketWalk_CannotUseTheSharedDueIndex: a partitioned claim walks each
+// bucket through messages_bucket_due_idx, and cannot turn to
+// messages_due_idx with the bucket as a filter, which walks the whole due
+// range once per bucket (migration 11).
+func TestBucketWalk_CannotUseTheSharedDueIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, r := staleStatistics(t, outbox.ModePartitioned)
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	claim, _, claimArgs, _ := lookupStatements(t, tx, db, r)
+	named := func(name string) func(string) bool {
+		return func(index string) bool { return index == name }
+	}
+	if uses := indexScans(explain(t, tx, claim, claimArgs), "CTE due", named("messages_bucket_due_idx")); len(uses) == 0 {
+		t.Errorf("the walk does not use messages_bucket_due_idx")
+	}
+	if _, err := tx.Exec(ctx, "DROP INDEX "+db.Table("messages_bucket_due_idx")); err != nil {
+		t.Fatal(err)
+	}
+	if uses := indexScans(explain(t, tx, claim, claimArgs), "CTE due", named("messages_due_idx")); len(uses) > 0 {
+		t.Errorf("the walk goes through %s", uses)
 	}
 }
 
@@ -142,7 +194,7 @@ func staleStatistics(t *testing.T, mode outbox.Mode) (*dbtest.Schema, *Relay) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.floor.at, r.floor.known = floor, true
+	r.floor.at, r.floor.order, r.floor.known = floor, floor, true
 	return db, r
 }
 
@@ -165,6 +217,7 @@ func lookupStatements(t *testing.T, tx pgx.Tx, db *dbtest.Schema, r *Relay) (cla
 			buckets, epochs, shares = append(buckets, b), append(epochs, 1), append(shares, 1000)
 		}
 		claimArgs["buckets"], claimArgs["epochs"], claimArgs["shares"] = buckets, epochs, shares
+		claimArgs["order_floor"] = r.floor.orderFloor()
 		fence = pgx.StrictNamedArgs{"relay_id": r.cfg.ID, "fence_buckets": buckets, "fence_epochs": epochs}
 		return m.claims[0], m.settle.archiveOnly, claimArgs, fence
 	}

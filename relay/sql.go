@@ -24,13 +24,21 @@ import (
 // The final text of every statement of every mode is in
 // testdata/<mode>/<statement>.sql (TestGoldenSQL).
 //
-// Two habits keep the plans from walking an index that does not bound
+// Three habits keep the plans from walking an index that does not bound
 // them, which costs every dead entry a pinned horizon keeps and which the
-// planner chooses when ANALYZE last saw a nearly empty table: lookups by
-// id leave the due indexes to the statements that bound available_at
-// (they are partial, migration 10), and lookups of a key's rows name the
-// order of messages_key_idx (ORDER BY key, id; (key, id) < (…) for older
-// rows), which the primary key cannot give (lookup_by_id_test.go).
+// planner chooses when ANALYZE last saw a nearly empty table
+// (lookup_by_id_test.go):
+//
+//   - lookups by id leave the due indexes to the statements that bound
+//     available_at (they are partial, migration 10);
+//   - lookups of a key's rows name the order of the key's index (ORDER BY
+//     key, id; (key, id) < (…) for older rows), which the primary key
+//     cannot give;
+//   - in partitioned mode, each index is a candidate only for its own
+//     statements (migration 11): the bucket walk and the key lookups bound
+//     available_at inside row comparisons led by the bucket or the key,
+//     which messages_due_idx cannot serve and whose predicate they do not
+//     imply, and the walk alone states the bucket index's predicate.
 
 // planPerExecution runs a statement as PostgreSQL's unnamed prepared
 // statement, which is planned for the arguments of each execution (with the

@@ -16,7 +16,8 @@ package relay
 // keyed row is kept only when no older row of its key lies outside this
 // claim (in flight, in backoff, not yet due, held back by the byte budget):
 // a key's rows are claimed together, oldest first, and delivered one after
-// the other (keyorder.go). @default_sink and @closed_sinks are those of
+// the other (keyorder.go). That check, like every lookup of a key's rows
+// here, starts at the order floor (@order_floor, keyRowsFrom). @default_sink and @closed_sinks are those of
 // queryMessagesClaim. Its rows are leaseRows', then one row per key that
 // was held back, with only created_at (when its blocking row may move: the
 // end of its lease, or when it is due) and the key set. The relay passes
@@ -42,7 +43,8 @@ WITH owned AS MATERIALIZED (` + bucketOwned + `
       FROM fits AS f
      WHERE f.key IS NULL
         OR NOT EXISTS (SELECT 1 FROM {schema}.messages AS o
-                        WHERE o.key = f.key AND (o.key, o.id) < (f.key, f.id)
+                        WHERE ` + keyRowsFrom("o", "f.key") + `
+                          AND (o.key, o.id) < (f.key, f.id)
                           AND o.id <> ALL (ARRAY(SELECT id FROM fits)))
 ), held AS (
     SELECT DISTINCT key FROM fits
@@ -55,10 +57,23 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT CASE WHEN o.leased_until > now() THEN least(o.leased_until, now() + @lease::interval)
                     ELSE greatest(o.available_at, now()) END
           FROM {schema}.messages AS o
-         WHERE o.key = h.key AND o.id <> ALL (ARRAY(SELECT id FROM fits))
-         ORDER BY o.key, o.id LIMIT 1),
+         WHERE o.id = (SELECT min(b.id) FILTER (WHERE b.id IS NOT NULL) FROM {schema}.messages AS b
+                        WHERE ` + keyRowsFrom("b", "h.key") + `
+                          AND b.id <> ALL (ARRAY(SELECT id FROM fits)))),
        NULL, NULL, NULL, NULL, NULL, h.key
   FROM held AS h`
+
+// keyRowsFrom is the condition that finds the rows of key (a column of an
+// outer row) as m, in partitioned mode: through messages_key_due_idx (key,
+// available_at, id), from the order floor (@order_floor, floor.go) up,
+// which no pending row lies below, so that the dead entries of the key's
+// rows delivered before it stay off the lookup's path. The floor is given
+// inside a row comparison led by the key, which the index serves and which
+// does not make messages_due_idx a candidate (its predicate needs a plain
+// comparison of available_at).
+func keyRowsFrom(m, key string) string {
+	return m + `.key = ` + key + ` AND (` + m + `.key, ` + m + `.available_at) >= (` + key + `, @order_floor::timestamptz)`
+}
 
 // bucketOwned is the owned buckets of queryBucketsClaim with the most rows
 // each may give, checked pair by pair against the buckets table.
@@ -74,6 +89,14 @@ const bucketOwned = `
 // once, which a claim without the per-bucket order got, an index scan marks
 // the entries of deleted rows dead as it passes them, so that the next
 // claims skip them. {held_out} leaves held keys out.
+//
+// Only messages_bucket_due_idx can serve it (migration 11): the walk alone
+// states that index's predicate (the bucket BETWEEN 0 AND 63), and it
+// bounds available_at only inside row comparisons led by the bucket, which
+// do not imply messages_due_idx's predicate. Were the shared due index a
+// candidate, stale statistics would have it walked once per bucket with the
+// bucket as a filter: 64 times the due range and, under a pinned horizon,
+// its dead entries.
 const bucketWalk = `
     (SELECT c.id, c.leased_by, c.available_at, c.size, c.key
       FROM owned AS o
@@ -81,8 +104,9 @@ const bucketWalk = `
            SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
              FROM {schema}.messages AS m
             WHERE {schema}.messages_bucket(m.key, m.id) = o.bucket
-              AND m.available_at <= now()
-              AND m.available_at >= @floor::timestamptz
+              AND {schema}.messages_bucket(m.key, m.id) BETWEEN 0 AND 63
+              AND ({schema}.messages_bucket(m.key, m.id), m.available_at) <= (o.bucket, now())
+              AND ({schema}.messages_bucket(m.key, m.id), m.available_at) >= (o.bucket, @floor::timestamptz)
               AND ` + leaseOver + `
               AND coalesce(m.destination, @default_sink) <> ALL (@closed_sinks::text[]){held_out}
             ORDER BY m.available_at, m.id
@@ -97,17 +121,21 @@ const bucketHeldOut = `
 
 // bucketHeldHeads fills {held_heads}: it adds to the walk the oldest row
 // of each held key (@held_keys) in an owned bucket, when it is due and
-// free.
-const bucketHeldHeads = `
+// free. The oldest is a min with a FILTER, which PostgreSQL does not turn
+// into a walk of the primary key in id order (as it may a plain min). The
+// heads are found by id; whether they are due is asked inside a row
+// comparison, which leaves messages_due_idx no candidate for it.
+var bucketHeldHeads = `
     UNION ALL
     SELECT * FROM (
         SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
           FROM {schema}.messages AS m
          WHERE m.id = ANY (ARRAY(
-               SELECT (SELECT h.id FROM {schema}.messages AS h WHERE h.key = k.key ORDER BY h.key, h.id LIMIT 1)
+               SELECT (SELECT min(h.id) FILTER (WHERE h.id IS NOT NULL) FROM {schema}.messages AS h
+                        WHERE ` + keyRowsFrom("h", "k.key") + `)
                  FROM unnest(@held_keys::text[]) AS k(key)))
            AND {schema}.messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM owned))
-           AND m.available_at <= now()
+           AND (m.id, m.available_at) <= (m.id, now())
            AND ` + leaseOver + `
            AND coalesce(m.destination, @default_sink) <> ALL (@closed_sinks::text[])
            FOR UPDATE SKIP LOCKED) AS held_heads`

@@ -10,8 +10,9 @@ WITH owned AS MATERIALIZED (
            SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
              FROM "outbox".messages AS m
             WHERE "outbox".messages_bucket(m.key, m.id) = o.bucket
-              AND m.available_at <= now()
-              AND m.available_at >= @floor::timestamptz
+              AND "outbox".messages_bucket(m.key, m.id) BETWEEN 0 AND 63
+              AND ("outbox".messages_bucket(m.key, m.id), m.available_at) <= (o.bucket, now())
+              AND ("outbox".messages_bucket(m.key, m.id), m.available_at) >= (o.bucket, @floor::timestamptz)
               AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
               AND coalesce(m.destination, @default_sink) <> ALL (@closed_sinks::text[])
             ORDER BY m.available_at, m.id
@@ -30,7 +31,8 @@ WITH owned AS MATERIALIZED (
       FROM fits AS f
      WHERE f.key IS NULL
         OR NOT EXISTS (SELECT 1 FROM "outbox".messages AS o
-                        WHERE o.key = f.key AND (o.key, o.id) < (f.key, f.id)
+                        WHERE o.key = f.key AND (o.key, o.available_at) >= (f.key, @order_floor::timestamptz)
+                          AND (o.key, o.id) < (f.key, f.id)
                           AND o.id <> ALL (ARRAY(SELECT id FROM fits)))
 ), held AS (
     SELECT DISTINCT key FROM fits
@@ -56,7 +58,8 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT CASE WHEN o.leased_until > now() THEN least(o.leased_until, now() + @lease::interval)
                     ELSE greatest(o.available_at, now()) END
           FROM "outbox".messages AS o
-         WHERE o.key = h.key AND o.id <> ALL (ARRAY(SELECT id FROM fits))
-         ORDER BY o.key, o.id LIMIT 1),
+         WHERE o.id = (SELECT min(b.id) FILTER (WHERE b.id IS NOT NULL) FROM "outbox".messages AS b
+                        WHERE b.key = h.key AND (b.key, b.available_at) >= (h.key, @order_floor::timestamptz)
+                          AND b.id <> ALL (ARRAY(SELECT id FROM fits)))),
        NULL, NULL, NULL, NULL, NULL, h.key
   FROM held AS h
