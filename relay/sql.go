@@ -36,9 +36,10 @@ import (
 //     cannot give;
 //   - in partitioned mode, each index is a candidate only for its own
 //     statements (migration 11): the bucket walk and the key lookups bound
-//     available_at inside row comparisons led by the bucket or the key,
-//     which messages_due_idx cannot serve and whose predicate they do not
-//     imply, and the walk alone states the bucket index's predicate.
+//     their rows inside row comparisons led by the bucket, which neither
+//     messages_due_idx nor messages_key_idx can serve and which imply
+//     neither's predicate, and each states its own index's predicate,
+//     which no other statement does.
 
 // planPerExecution runs a statement as PostgreSQL's unnamed prepared
 // statement, which is planned for the arguments of each execution (with the

@@ -43,8 +43,8 @@ WITH owned AS MATERIALIZED (` + bucketOwned + `
       FROM fits AS f
      WHERE f.key IS NULL
         OR NOT EXISTS (SELECT 1 FROM {schema}.messages AS o
-                        WHERE ` + keyRowsFrom("o", "f.key") + `
-                          AND (o.key, o.id) < (f.key, f.id)
+                        WHERE ` + keyRowsFrom("o", "f.key", "{schema}.messages_bucket(f.key, f.id)") + `
+                          AND o.id - f.id < 0
                           AND o.id <> ALL (ARRAY(SELECT id FROM fits)))
 ), held AS (
     SELECT DISTINCT key FROM fits
@@ -58,21 +58,31 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                     ELSE greatest(o.available_at, now()) END
           FROM {schema}.messages AS o
          WHERE o.id = (SELECT min(b.id) FILTER (WHERE b.id IS NOT NULL) FROM {schema}.messages AS b
-                        WHERE ` + keyRowsFrom("b", "h.key") + `
+                        WHERE ` + keyRowsFrom("b", "h.key", "{schema}.messages_bucket(h.key, 0)") + `
                           AND b.id <> ALL (ARRAY(SELECT id FROM fits)))),
        NULL, NULL, NULL, NULL, NULL, h.key
   FROM held AS h`
 
-// keyRowsFrom is the condition that finds the rows of key (a column of an
-// outer row) as m, in partitioned mode: through messages_key_due_idx (key,
+// keyRowsFrom is the condition that finds the rows of a key, as m, in
+// partitioned mode: key is the key (an expression of an outer row) and
+// bucket its bucket. They go through messages_key_due_idx (bucket, key,
 // available_at, id), from the order floor (@order_floor, floor.go) up,
 // which no pending row lies below, so that the dead entries of the key's
-// rows delivered before it stay off the lookup's path. The floor is given
-// inside a row comparison led by the key, which the index serves and which
-// does not make messages_due_idx a candidate (its predicate needs a plain
-// comparison of available_at).
-func keyRowsFrom(m, key string) string {
-	return m + `.key = ` + key + ` AND (` + m + `.key, ` + m + `.available_at) >= (` + key + `, @order_floor::timestamptz)`
+// rows delivered before it stay off the lookup's path. The bounds are row
+// comparisons led by the bucket, which only that index serves:
+// messages_key_idx (key, id) would pass every dead entry of the key, and
+// PostgreSQL chose it for some claims while the key was named plainly; it
+// cannot bound a lookup by these, nor can messages_due_idx (whose
+// predicate they do not imply); the index's predicate, true of every row,
+// is stated here alone (messages_bucket(...) >= 0), so that it is a
+// candidate for these lookups only. For the same reason the check of older rows
+// compares ids as a difference (o.id - f.id < 0), which neither the
+// primary key nor messages_key_idx can serve.
+func keyRowsFrom(m, key, bucket string) string {
+	row := `({schema}.messages_bucket(` + m + `.key, ` + m + `.id), ` + m + `.key, ` + m + `.available_at)`
+	return `{schema}.messages_bucket(` + m + `.key, ` + m + `.id) >= 0
+                          AND ` + row + ` >= (` + bucket + `, ` + key + `, @order_floor::timestamptz)
+                          AND ` + row + ` <= (` + bucket + `, ` + key + `, 'infinity'::timestamptz)`
 }
 
 // bucketOwned is the owned buckets of queryBucketsClaim with the most rows
@@ -132,7 +142,7 @@ var bucketHeldHeads = `
           FROM {schema}.messages AS m
          WHERE m.id = ANY (ARRAY(
                SELECT (SELECT min(h.id) FILTER (WHERE h.id IS NOT NULL) FROM {schema}.messages AS h
-                        WHERE ` + keyRowsFrom("h", "k.key") + `)
+                        WHERE ` + keyRowsFrom("h", "k.key", "{schema}.messages_bucket(k.key, 0)") + `)
                  FROM unnest(@held_keys::text[]) AS k(key)))
            AND {schema}.messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM owned))
            AND (m.id, m.available_at) <= (m.id, now())

@@ -15,18 +15,20 @@
 -- bounds available_at only inside row comparisons led by the bucket, which
 -- do not imply messages_due_idx's predicate.
 --
--- 2. In partitioned mode messages_key_due_idx (key, available_at, id)
--- serves the lookups of a key's rows. Before a claim takes a row of a key,
--- it checks that no older row of the key is pending elsewhere; through
--- (key, id) that check walked every row of the key delivered since a pinned
--- horizon began (95 dead entries per check after two minutes at one row a
--- second per key; nine tenths of a claim's buffers). Through (key,
--- available_at, id) it starts at the relay's order floor, below which no
--- pending row lies, and passes only the key's rows delivered since.
--- messages_key_idx stays: dropping it would make the switch into
--- partitioned mode wait for every reader of the table (a report, the very
--- session that pins the horizon); with both, PostgreSQL takes the index
--- that bounds the lookup by the floor as well (lookup_by_id_test.go).
+-- 2. In partitioned mode messages_key_due_idx (bucket, key, available_at,
+-- id) serves the lookups of a key's rows. Before a claim takes a row of a
+-- key, it checks that no older row of the key is pending elsewhere; through
+-- messages_key_idx (key, id) that check walked every row of the key
+-- delivered since a pinned horizon began (95 dead entries per check after
+-- two minutes at one row a second per key; nine tenths of a claim's
+-- buffers). Through messages_key_due_idx it starts at the relay's order
+-- floor, below which no pending row lies, and passes only the key's rows
+-- delivered since. The lookups bound it inside row comparisons led by the
+-- bucket and state its predicate (true of every row) alone, so that neither
+-- messages_key_idx nor messages_due_idx can serve them, and it serves no
+-- other statement. messages_key_idx stays: dropping it would make the
+-- switch into partitioned mode wait for every reader of the table (a
+-- report, the very session that pins the horizon).
 --
 -- The switch into partitioned mode builds both indexes, in the switch's
 -- transaction (producers' inserts wait while they build), and the switch
@@ -56,7 +58,8 @@ BEGIN
         DROP INDEX {{.schema}}.messages_bucket_due_idx;
     END IF;
     IF mode = 'partitioned' AND NOT by_key_and_time THEN
-        CREATE INDEX messages_key_due_idx ON {{.schema}}.messages (key, available_at, id) WHERE key IS NOT NULL;
+        CREATE INDEX messages_key_due_idx ON {{.schema}}.messages ({{.schema}}.messages_bucket(key, id), key, available_at, id)
+            WHERE {{.schema}}.messages_bucket(key, id) >= 0;
     ELSIF by_key_and_time AND mode <> 'partitioned' THEN
         DROP INDEX {{.schema}}.messages_key_due_idx;
     END IF;

@@ -26,7 +26,9 @@ WITH owned AS MATERIALIZED (
           FROM "outbox".messages AS m
          WHERE m.id = ANY (ARRAY(
                SELECT (SELECT min(h.id) FILTER (WHERE h.id IS NOT NULL) FROM "outbox".messages AS h
-                        WHERE h.key = k.key AND (h.key, h.available_at) >= (k.key, @order_floor::timestamptz))
+                        WHERE "outbox".messages_bucket(h.key, h.id) >= 0
+                          AND ("outbox".messages_bucket(h.key, h.id), h.key, h.available_at) >= ("outbox".messages_bucket(k.key, 0), k.key, @order_floor::timestamptz)
+                          AND ("outbox".messages_bucket(h.key, h.id), h.key, h.available_at) <= ("outbox".messages_bucket(k.key, 0), k.key, 'infinity'::timestamptz))
                  FROM unnest(@held_keys::text[]) AS k(key)))
            AND "outbox".messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM owned))
            AND (m.id, m.available_at) <= (m.id, now())
@@ -45,8 +47,10 @@ WITH owned AS MATERIALIZED (
       FROM fits AS f
      WHERE f.key IS NULL
         OR NOT EXISTS (SELECT 1 FROM "outbox".messages AS o
-                        WHERE o.key = f.key AND (o.key, o.available_at) >= (f.key, @order_floor::timestamptz)
-                          AND (o.key, o.id) < (f.key, f.id)
+                        WHERE "outbox".messages_bucket(o.key, o.id) >= 0
+                          AND ("outbox".messages_bucket(o.key, o.id), o.key, o.available_at) >= ("outbox".messages_bucket(f.key, f.id), f.key, @order_floor::timestamptz)
+                          AND ("outbox".messages_bucket(o.key, o.id), o.key, o.available_at) <= ("outbox".messages_bucket(f.key, f.id), f.key, 'infinity'::timestamptz)
+                          AND o.id - f.id < 0
                           AND o.id <> ALL (ARRAY(SELECT id FROM fits)))
 ), held AS (
     SELECT DISTINCT key FROM fits
@@ -73,7 +77,9 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                     ELSE greatest(o.available_at, now()) END
           FROM "outbox".messages AS o
          WHERE o.id = (SELECT min(b.id) FILTER (WHERE b.id IS NOT NULL) FROM "outbox".messages AS b
-                        WHERE b.key = h.key AND (b.key, b.available_at) >= (h.key, @order_floor::timestamptz)
+                        WHERE "outbox".messages_bucket(b.key, b.id) >= 0
+                          AND ("outbox".messages_bucket(b.key, b.id), b.key, b.available_at) >= ("outbox".messages_bucket(h.key, 0), h.key, @order_floor::timestamptz)
+                          AND ("outbox".messages_bucket(b.key, b.id), b.key, b.available_at) <= ("outbox".messages_bucket(h.key, 0), h.key, 'infinity'::timestamptz)
                           AND b.id <> ALL (ARRAY(SELECT id FROM fits)))),
        NULL, NULL, NULL, NULL, NULL, h.key
   FROM held AS h
