@@ -73,14 +73,16 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 // messages_key_idx (key, id) would pass every dead entry of the key, and
 // PostgreSQL chose it for some claims while the key was named plainly; it
 // cannot bound a lookup by these, nor can messages_due_idx (whose
-// predicate they do not imply); the index's predicate, true of every row,
-// is stated here alone (messages_bucket(...) >= 0), so that it is a
-// candidate for these lookups only. For the same reason the check of older rows
+// predicate they do not imply); the index's predicate, (key IS NOT NULL)
+// IS TRUE, is stated here alone, so that it is a candidate for these
+// lookups only: the walk, a settle or a lookup by id does not imply it,
+// and it does not imply messages_key_idx's key IS NOT NULL, as a plain
+// test of the key would. For the same reason the check of older rows
 // compares ids as a difference (o.id - f.id < 0), which neither the
 // primary key nor messages_key_idx can serve.
 func keyRowsFrom(m, key, bucket string) string {
 	row := `({schema}.messages_bucket(` + m + `.key, ` + m + `.id), ` + m + `.key, ` + m + `.available_at)`
-	return `{schema}.messages_bucket(` + m + `.key, ` + m + `.id) >= 0
+	return `(` + m + `.key IS NOT NULL) IS TRUE
                           AND ` + row + ` >= (` + bucket + `, ` + key + `, @order_floor::timestamptz)
                           AND ` + row + ` <= (` + bucket + `, ` + key + `, 'infinity'::timestamptz)`
 }

@@ -24,9 +24,10 @@
 -- buffers). Through messages_key_due_idx it starts at the relay's order
 -- floor, below which no pending row lies, and passes only the key's rows
 -- delivered since. The lookups bound it inside row comparisons led by the
--- bucket and state its predicate (true of every row) alone, so that neither
--- messages_key_idx nor messages_due_idx can serve them, and it serves no
--- other statement. messages_key_idx stays: dropping it would make the
+-- bucket and state its predicate ((key IS NOT NULL) IS TRUE: keyed rows,
+-- in a form no other statement implies and that implies nothing of the
+-- other indexes' predicates) alone, so that neither messages_key_idx nor
+-- messages_due_idx can serve them, and it serves no other statement. messages_key_idx stays: dropping it would make the
 -- switch into partitioned mode wait for every reader of the table (a
 -- report, the very session that pins the horizon).
 --
@@ -59,7 +60,7 @@ BEGIN
     END IF;
     IF mode = 'partitioned' AND NOT by_key_and_time THEN
         CREATE INDEX messages_key_due_idx ON {{.schema}}.messages ({{.schema}}.messages_bucket(key, id), key, available_at, id)
-            WHERE {{.schema}}.messages_bucket(key, id) >= 0;
+            WHERE (key IS NOT NULL) IS TRUE;
     ELSIF by_key_and_time AND mode <> 'partitioned' THEN
         DROP INDEX {{.schema}}.messages_key_due_idx;
     END IF;
