@@ -138,6 +138,40 @@ func TestKeyLookups_StartAtTheOrderFloor(t *testing.T) {
 	}
 }
 
+// TestKeyLookups_UseTheirIndexWithFreshStatistics: with statistics of a
+// table that holds what it holds (1,000 keys, three rows each), the
+// older-row check still goes through messages_key_due_idx: PostgreSQL
+// estimates a row comparison as a third of the table, and with nothing
+// else to go by it read the whole table once per claimed row.
+func TestKeyLookups_UseTheirIndexWithFreshStatistics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	db.SetMode(t, outbox.ModePartitioned)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 1000) FROM generate_series(1, 3000) AS i`)
+	db.Exec(t, `ANALYZE %s.messages`)
+	r, err := New(db.Pool, Config{Schema: db.Name, Mode: outbox.ModePartitioned, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	claim, _, claimArgs, _ := lookupStatements(t, tx, db, r)
+	claimArgs["limit"] = 100
+	plan := explain(t, tx, claim, claimArgs)
+	if uses := indexScans(plan, "CTE kept", func(index string) bool { return index == "messages_key_due_idx" }); len(uses) == 0 {
+		t.Errorf("the older-row check does not use messages_key_due_idx")
+	}
+	for _, node := range indexScans(plan, "CTE kept", func(index string) bool { return index == "" }) {
+		if strings.HasPrefix(node, "Seq Scan") {
+			t.Errorf("the older-row check reads the whole table: %s", node)
+		}
+	}
+}
+
 // TestBucketWalk_CannotUseTheSharedDueIndex: a partitioned claim walks each
 // bucket through messages_bucket_due_idx, and cannot turn to
 // messages_due_idx with the bucket as a filter, which walks the whole due

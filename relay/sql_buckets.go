@@ -77,12 +77,17 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 // IS TRUE, is stated here alone, so that it is a candidate for these
 // lookups only: the walk, a settle or a lookup by id does not imply it,
 // and it does not imply messages_key_idx's key IS NOT NULL, as a plain
-// test of the key would. For the same reason the check of older rows
+// test of the key would. The bucket is also compared plainly: PostgreSQL
+// estimates a row comparison by its first column alone, as a third of the
+// table, and with only that it read the whole table instead (seen under a
+// backlog); the bucket's own statistics (an expression of two indexes) make
+// the estimate a 64th of that. For the same reason the check of older rows
 // compares ids as a difference (o.id - f.id < 0), which neither the
 // primary key nor messages_key_idx can serve.
 func keyRowsFrom(m, key, bucket string) string {
 	row := `({schema}.messages_bucket(` + m + `.key, ` + m + `.id), ` + m + `.key, ` + m + `.available_at)`
 	return `(` + m + `.key IS NOT NULL) IS TRUE
+                          AND {schema}.messages_bucket(` + m + `.key, ` + m + `.id) = ` + bucket + `
                           AND ` + row + ` >= (` + bucket + `, ` + key + `, @order_floor::timestamptz)
                           AND ` + row + ` <= (` + bucket + `, ` + key + `, 'infinity'::timestamptz)`
 }

@@ -70,7 +70,7 @@ func main() {
 	pgPort := flag.Int("pg-port", 5499, "-pin-horizon, -many-outboxes: port of the benchmark's own server (a free one when taken)")
 	natsURL := flag.String("nats-url", "", "-pin-horizon, -many-outboxes: NATS server of the relays (default: a JetStream server in process for each)")
 	relayMode := flag.String("relay-mode", "", "-pin-horizon: the relays' RELAY_MODE (ordered, partitioned; default: the relay's default); the producers then give each row one of -keys keys")
-	keys := flag.Int("keys", 100, "-pin-horizon with -relay-mode: keys the producers' rows are spread over, round robin")
+	keys := flag.Int("keys", 100, "-pin-horizon with -relay-mode, or the in-process backlog when set: keys the rows are spread over, round robin")
 	refloopUnpinned := flag.Bool("refloop-unpinned", false, "-pin-horizon: also run refloop on an unpinned database")
 	jsonOut := flag.String("json", "", "-pin-horizon, -many-outboxes: also write the report as JSON to this file")
 	manyOutboxes := flag.Bool("many-outboxes", false, "the many-outboxes benchmark (many.go): the relay binary (-binary, default bin/outbox-relay) serving -outboxes idle schemas in four configurations, each measured for -duration (default 60s) after -warmup; then a -backlog in one schema beside a trickle of -trickle-rate rows/s in another")
@@ -144,6 +144,11 @@ func main() {
 		Producers: *producers, RowsPerTx: *rowsPerTx, Archived: *archived, NotDue: *notDue, ChosenKeys: *chosenKeys,
 		Burst: *burst, Relay: relay.Config{Notify: *notify, Mode: map[bool]outbox.Mode{true: outbox.ModePartitioned}[*partitioned]},
 	}
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "keys" {
+			o.Keys = *keys
+		}
+	})
 	counts, err := parseCounts(*replicas)
 	usage := func(msg string) {
 		fmt.Fprintln(os.Stderr, "benchcmp:", msg)

@@ -32,6 +32,7 @@ WITH owned AS MATERIALIZED (
      WHERE f.key IS NULL
         OR NOT EXISTS (SELECT 1 FROM "outbox".messages AS o
                         WHERE (o.key IS NOT NULL) IS TRUE
+                          AND "outbox".messages_bucket(o.key, o.id) = "outbox".messages_bucket(f.key, f.id)
                           AND ("outbox".messages_bucket(o.key, o.id), o.key, o.available_at) >= ("outbox".messages_bucket(f.key, f.id), f.key, @order_floor::timestamptz)
                           AND ("outbox".messages_bucket(o.key, o.id), o.key, o.available_at) <= ("outbox".messages_bucket(f.key, f.id), f.key, 'infinity'::timestamptz)
                           AND o.id - f.id < 0
@@ -62,6 +63,7 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
           FROM "outbox".messages AS o
          WHERE o.id = (SELECT min(b.id) FILTER (WHERE b.id IS NOT NULL) FROM "outbox".messages AS b
                         WHERE (b.key IS NOT NULL) IS TRUE
+                          AND "outbox".messages_bucket(b.key, b.id) = "outbox".messages_bucket(h.key, 0)
                           AND ("outbox".messages_bucket(b.key, b.id), b.key, b.available_at) >= ("outbox".messages_bucket(h.key, 0), h.key, @order_floor::timestamptz)
                           AND ("outbox".messages_bucket(b.key, b.id), b.key, b.available_at) <= ("outbox".messages_bucket(h.key, 0), h.key, 'infinity'::timestamptz)
                           AND b.id <> ALL (ARRAY(SELECT id FROM fits)))),
