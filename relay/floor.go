@@ -53,14 +53,6 @@ import (
 // every floorRescanEvery a refresh starts at the oldest row, so such a row
 // waits that long at most.
 //
-// The order floor (orderFloor) is the same floor without floorPatience:
-// every transaction in progress holds it back, however old. No row that is
-// pending, or that commits later, lies below it in available_at (rows
-// written without the guards aside), so a lookup of the rows of a key that
-// may hold a later row back (partitioned mode's older-row check) can start
-// there, above the dead index entries of the key's delivered rows, and
-// still find every one.
-//
 // Refreshes run in a loop of their own (floorLoop), every floorEvery while
 // claims find rows and every floorIdleEvery otherwise, or once every
 // floorIdleClaims claims of an idle relay that backs off
@@ -90,10 +82,9 @@ type claimFloor struct {
 	// they advance the floor.
 	mu sync.Mutex
 	// at is the floor; known is false until the first refresh, and
-	// claims then start at the oldest row. order is the order floor, at
-	// or below at.
-	at, order time.Time
-	known     bool
+	// claims then start at the oldest row.
+	at    time.Time
+	known bool
 	// refreshed is when the last refresh ran, rescanned when the last one
 	// started at the oldest row, and marks the last two refreshes' start
 	// times and marks, the latest last.
@@ -182,17 +173,6 @@ func (f *claimFloor) current() pgtype.Timestamptz {
 	return pgtype.Timestamptz{Time: f.at, Valid: true}
 }
 
-// orderFloor returns the order floor, or -infinity before the first
-// refresh.
-func (f *claimFloor) orderFloor() pgtype.Timestamptz {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.known || f.order.IsZero() {
-		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
-	}
-	return pgtype.Timestamptz{Time: f.order, Valid: true}
-}
-
 // found records that a claim found rows: refreshes come sooner.
 func (f *claimFloor) found() {
 	f.mu.Lock()
@@ -256,9 +236,7 @@ func (f *claimFloor) advance(now, from time.Time, fromKnown bool, rd floorRead) 
 		}
 	}
 	// Transactions in progress now, listed: young ones hold the floor
-	// back; an old one (any time is old) sends it back when it ends. Every
-	// one holds the order floor back.
-	var old []time.Time
+	// back; an old one (any time is old) sends it back when it ends.
 	for x := range inProgress {
 		since, ok := f.seen[x]
 		if !ok {
@@ -267,16 +245,9 @@ func (f *claimFloor) advance(now, from time.Time, fromKnown bool, rd floorRead) 
 		}
 		if rd.start.Sub(since) < floorPatience {
 			lower(since)
-		} else {
-			old = append(old, since)
 		}
 	}
-	f.at, f.order, f.known = floor, floor, true
-	for _, since := range old {
-		if since.Before(f.order) {
-			f.order = since
-		}
-	}
+	f.at, f.known = floor, true
 	f.marks = append(f.marks, floorMark{start: rd.start, mark: rd.mark})
 	if len(f.marks) > 2 {
 		f.marks = f.marks[len(f.marks)-2:]

@@ -35,14 +35,6 @@ func TestClaimFloor_Advance(t *testing.T) {
 		}
 	}
 	snap := func(xip ...uint64) pgSnapshot { return pgSnapshot{xmin: 1, xmax: 1000, xip: xip} }
-	// order checks the order floor, which no transaction in progress
-	// passes, however old.
-	order := func(name string, want time.Time) {
-		t.Helper()
-		if !f.order.Equal(want) {
-			t.Errorf("%s: order floor = %v, want %v", name, f.order, want)
-		}
-	}
 
 	// The first refresh cannot know when anything in progress had its id,
 	// listed (10) or not: any time.
@@ -59,21 +51,15 @@ func TestClaimFloor_Advance(t *testing.T) {
 	// 450 is listed first now, above mark 400 (refresh at 300) and below
 	// mark 500: it had its id after 300.
 	step("450 young", true, floorRead{start: at(500), snapshot: snap(450), mark: 600}, at(300))
-	order("450 young", at(300))
-	// Past floorPatience, 450 no longer holds the floor back, but still
-	// holds the order floor...
+	// Past floorPatience, 450 no longer holds the floor back...
 	p := int(floorPatience / time.Millisecond)
 	step("450 old", true, floorRead{start: at(500 + p), snapshot: snap(450), mark: 700}, at(500))
-	order("450 old", at(300))
 	step("450 older", true, floorRead{start: at(5000), snapshot: snap(450), mark: 800}, at(500+p))
-	order("450 older", at(300))
 	// ...and when it ends the floor goes back to its time, whatever the
 	// oldest row above the floor.
 	step("450 ended", true, floorRead{start: at(6000), snapshot: snap(), mark: 900, oldest: ptr(at(5500))}, at(300))
-	order("450 ended", at(300))
 	// A row due later holds nothing.
 	step("scheduled row", true, floorRead{start: at(7000), snapshot: snap(), mark: 950, oldest: ptr(at(90000))}, at(6000))
-	order("scheduled row", at(6000))
 
 	// A transaction in progress since before the first refresh may have
 	// rows anywhere: when it ends, the floor goes back to the oldest row.
@@ -82,9 +68,6 @@ func TestClaimFloor_Advance(t *testing.T) {
 	g.advance(at(100), g.at, false, floorRead{start: at(100), snapshot: snap(7), mark: 30})
 	if got := g.advance(at(2000), g.at, true, floorRead{start: at(2000), snapshot: snap(7), mark: 40}); !got.Equal(at(100)) {
 		t.Errorf("an old transaction in progress: floor = %v, want the last refresh's start", got)
-	}
-	if o := g.orderFloor(); o.InfinityModifier >= 0 {
-		t.Errorf("a transaction older than the first refresh in progress: order floor = %+v, want -infinity", o)
 	}
 	if got := g.advance(at(9000), g.at, true, floorRead{start: at(9000), snapshot: snap(), mark: 50}); !got.IsZero() {
 		t.Errorf("a transaction older than the first refresh ended: floor = %v, want any time", got)

@@ -106,7 +106,6 @@ func (m *partitioned) claimer() claimer {
 		held := m.held.current(time.Now())
 		args := m.r.claimArgs(req)
 		args["buckets"], args["epochs"], args["shares"] = c.Buckets, c.Epochs, c.Shares
-		args["order_floor"] = m.r.floor.orderFloor()
 		stmt := m.claims[0]
 		if len(held) > 0 {
 			args["held_keys"] = held

@@ -30,16 +30,16 @@ import (
 // (lookup_by_id_test.go):
 //
 //   - lookups by id leave the due indexes to the statements that bound
-//     available_at (they are partial, migration 10);
-//   - lookups of a key's rows name the order of the key's index (ORDER BY
+//     available_at (they are partial, migration 10); one that also asks
+//     whether a row is due asks it inside a row comparison, which does not
+//     imply their predicate;
+//   - lookups of a key's rows name the order of messages_key_idx (ORDER BY
 //     key, id; (key, id) < (…) for older rows), which the primary key
 //     cannot give;
-//   - in partitioned mode, each index is a candidate only for its own
-//     statements (migration 11): the bucket walk and the key lookups bound
-//     their rows inside row comparisons led by the bucket, which neither
-//     messages_due_idx nor messages_key_idx can serve and which imply
-//     neither's predicate, and each states its own index's predicate,
-//     which no other statement does.
+//   - in partitioned mode, the bucket walk bounds available_at inside row
+//     comparisons led by the bucket, which messages_due_idx cannot serve,
+//     and states the bucket index's predicate, which no other statement
+//     does (migration 11).
 
 // planPerExecution runs a statement as PostgreSQL's unnamed prepared
 // statement, which is planned for the arguments of each execution (with the

@@ -16,8 +16,7 @@ package relay
 // keyed row is kept only when no older row of its key lies outside this
 // claim (in flight, in backoff, not yet due, held back by the byte budget):
 // a key's rows are claimed together, oldest first, and delivered one after
-// the other (keyorder.go). That check, like every lookup of a key's rows
-// here, starts at the order floor (@order_floor, keyRowsFrom). @default_sink and @closed_sinks are those of
+// the other (keyorder.go). @default_sink and @closed_sinks are those of
 // queryMessagesClaim. Its rows are leaseRows', then one row per key that
 // was held back, with only created_at (when its blocking row may move: the
 // end of its lease, or when it is due) and the key set. The relay passes
@@ -43,8 +42,7 @@ WITH owned AS MATERIALIZED (` + bucketOwned + `
       FROM fits AS f
      WHERE f.key IS NULL
         OR NOT EXISTS (SELECT 1 FROM {schema}.messages AS o
-                        WHERE ` + keyRowsFrom("o", "f.key", "{schema}.messages_bucket(f.key, f.id)") + `
-                          AND o.id - f.id < 0
+                        WHERE o.key = f.key AND (o.key, o.id) < (f.key, f.id)
                           AND o.id <> ALL (ARRAY(SELECT id FROM fits)))
 ), held AS (
     SELECT DISTINCT key FROM fits
@@ -57,40 +55,10 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT CASE WHEN o.leased_until > now() THEN least(o.leased_until, now() + @lease::interval)
                     ELSE greatest(o.available_at, now()) END
           FROM {schema}.messages AS o
-         WHERE o.id = (SELECT min(b.id) FILTER (WHERE b.id IS NOT NULL) FROM {schema}.messages AS b
-                        WHERE ` + keyRowsFrom("b", "h.key", "{schema}.messages_bucket(h.key, 0)") + `
-                          AND b.id <> ALL (ARRAY(SELECT id FROM fits)))),
+         WHERE o.key = h.key AND o.id <> ALL (ARRAY(SELECT id FROM fits))
+         ORDER BY o.key, o.id LIMIT 1),
        NULL, NULL, NULL, NULL, NULL, h.key
   FROM held AS h`
-
-// keyRowsFrom is the condition that finds the rows of a key, as m, in
-// partitioned mode: key is the key (an expression of an outer row) and
-// bucket its bucket. They go through messages_key_due_idx (bucket, key,
-// available_at, id), from the order floor (@order_floor, floor.go) up,
-// which no pending row lies below, so that the dead entries of the key's
-// rows delivered before it stay off the lookup's path. The bounds are row
-// comparisons led by the bucket, which only that index serves:
-// messages_key_idx (key, id) would pass every dead entry of the key, and
-// PostgreSQL chose it for some claims while the key was named plainly; it
-// cannot bound a lookup by these, nor can messages_due_idx (whose
-// predicate they do not imply); the index's predicate, (key IS NOT NULL)
-// IS TRUE, is stated here alone, so that it is a candidate for these
-// lookups only: the walk, a settle or a lookup by id does not imply it,
-// and it does not imply messages_key_idx's key IS NOT NULL, as a plain
-// test of the key would. The bucket is also compared plainly: PostgreSQL
-// estimates a row comparison by its first column alone, as a third of the
-// table, and with only that it read the whole table instead (seen under a
-// backlog); the bucket's own statistics (an expression of two indexes) make
-// the estimate a 64th of that. For the same reason the check of older rows
-// compares ids as a difference (o.id - f.id < 0), which neither the
-// primary key nor messages_key_idx can serve.
-func keyRowsFrom(m, key, bucket string) string {
-	row := `({schema}.messages_bucket(` + m + `.key, ` + m + `.id), ` + m + `.key, ` + m + `.available_at)`
-	return `(` + m + `.key IS NOT NULL) IS TRUE
-                          AND {schema}.messages_bucket(` + m + `.key, ` + m + `.id) = ` + bucket + `
-                          AND ` + row + ` >= (` + bucket + `, ` + key + `, @order_floor::timestamptz)
-                          AND ` + row + ` <= (` + bucket + `, ` + key + `, 'infinity'::timestamptz)`
-}
 
 // bucketOwned is the owned buckets of queryBucketsClaim with the most rows
 // each may give, checked pair by pair against the buckets table.
@@ -138,18 +106,15 @@ const bucketHeldOut = `
 
 // bucketHeldHeads fills {held_heads}: it adds to the walk the oldest row
 // of each held key (@held_keys) in an owned bucket, when it is due and
-// free. The oldest is a min with a FILTER, which PostgreSQL does not turn
-// into a walk of the primary key in id order (as it may a plain min). The
-// heads are found by id; whether they are due is asked inside a row
-// comparison, which leaves messages_due_idx no candidate for it.
-var bucketHeldHeads = `
+// free. The heads are found by id; whether they are due is asked inside a
+// row comparison, which leaves messages_due_idx no candidate for it.
+const bucketHeldHeads = `
     UNION ALL
     SELECT * FROM (
         SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
           FROM {schema}.messages AS m
          WHERE m.id = ANY (ARRAY(
-               SELECT (SELECT min(h.id) FILTER (WHERE h.id IS NOT NULL) FROM {schema}.messages AS h
-                        WHERE ` + keyRowsFrom("h", "k.key", "{schema}.messages_bucket(k.key, 0)") + `)
+               SELECT (SELECT h.id FROM {schema}.messages AS h WHERE h.key = k.key ORDER BY h.key, h.id LIMIT 1)
                  FROM unnest(@held_keys::text[]) AS k(key)))
            AND {schema}.messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM owned))
            AND (m.id, m.available_at) <= (m.id, now())

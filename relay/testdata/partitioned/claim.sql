@@ -31,11 +31,7 @@ WITH owned AS MATERIALIZED (
       FROM fits AS f
      WHERE f.key IS NULL
         OR NOT EXISTS (SELECT 1 FROM "outbox".messages AS o
-                        WHERE (o.key IS NOT NULL) IS TRUE
-                          AND "outbox".messages_bucket(o.key, o.id) = "outbox".messages_bucket(f.key, f.id)
-                          AND ("outbox".messages_bucket(o.key, o.id), o.key, o.available_at) >= ("outbox".messages_bucket(f.key, f.id), f.key, @order_floor::timestamptz)
-                          AND ("outbox".messages_bucket(o.key, o.id), o.key, o.available_at) <= ("outbox".messages_bucket(f.key, f.id), f.key, 'infinity'::timestamptz)
-                          AND o.id - f.id < 0
+                        WHERE o.key = f.key AND (o.key, o.id) < (f.key, f.id)
                           AND o.id <> ALL (ARRAY(SELECT id FROM fits)))
 ), held AS (
     SELECT DISTINCT key FROM fits
@@ -61,11 +57,7 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT CASE WHEN o.leased_until > now() THEN least(o.leased_until, now() + @lease::interval)
                     ELSE greatest(o.available_at, now()) END
           FROM "outbox".messages AS o
-         WHERE o.id = (SELECT min(b.id) FILTER (WHERE b.id IS NOT NULL) FROM "outbox".messages AS b
-                        WHERE (b.key IS NOT NULL) IS TRUE
-                          AND "outbox".messages_bucket(b.key, b.id) = "outbox".messages_bucket(h.key, 0)
-                          AND ("outbox".messages_bucket(b.key, b.id), b.key, b.available_at) >= ("outbox".messages_bucket(h.key, 0), h.key, @order_floor::timestamptz)
-                          AND ("outbox".messages_bucket(b.key, b.id), b.key, b.available_at) <= ("outbox".messages_bucket(h.key, 0), h.key, 'infinity'::timestamptz)
-                          AND b.id <> ALL (ARRAY(SELECT id FROM fits)))),
+         WHERE o.key = h.key AND o.id <> ALL (ARRAY(SELECT id FROM fits))
+         ORDER BY o.key, o.id LIMIT 1),
        NULL, NULL, NULL, NULL, NULL, h.key
   FROM held AS h

@@ -1,6 +1,5 @@
--- Partitioned mode's indexes serve its lookups alone, each bounded (issue 21).
+-- messages_bucket_due_idx serves the per-bucket claim walk alone (issue 21).
 --
--- 1. messages_bucket_due_idx serves the per-bucket claim walk alone.
 -- Migration 10 made both due indexes partial on available_at IS NOT NULL,
 -- so that lookups by id cannot walk them. But the bucket walk bounds
 -- available_at too, so messages_due_idx (available_at, id) stayed a
@@ -14,26 +13,6 @@
 -- not imply it, so lookups by id still go through the primary key. The walk
 -- bounds available_at only inside row comparisons led by the bucket, which
 -- do not imply messages_due_idx's predicate.
---
--- 2. In partitioned mode messages_key_due_idx (bucket, key, available_at,
--- id) serves the lookups of a key's rows. Before a claim takes a row of a
--- key, it checks that no older row of the key is pending elsewhere; through
--- messages_key_idx (key, id) that check walked every row of the key
--- delivered since a pinned horizon began (95 dead entries per check after
--- two minutes at one row a second per key; nine tenths of a claim's
--- buffers). Through messages_key_due_idx it starts at the relay's order
--- floor, below which no pending row lies, and passes only the key's rows
--- delivered since. The lookups bound it inside row comparisons led by the
--- bucket and state its predicate ((key IS NOT NULL) IS TRUE: keyed rows,
--- in a form no other statement implies and that implies nothing of the
--- other indexes' predicates) alone, so that neither messages_key_idx nor
--- messages_due_idx can serve them, and it serves no other statement. messages_key_idx stays: dropping it would make the
--- switch into partitioned mode wait for every reader of the table (a
--- report, the very session that pins the horizon).
---
--- The switch into partitioned mode builds both indexes, in the switch's
--- transaction (producers' inserts wait while they build), and the switch
--- out drops them.
 CREATE OR REPLACE FUNCTION {{.schema}}.messages_apply_mode() RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -43,9 +22,6 @@ DECLARE
     indexed boolean := EXISTS (SELECT 1 FROM pg_index
                                 WHERE indrelid = '{{.schema}}.messages'::regclass
                                   AND indexrelid = to_regclass('{{.schema}}.messages_bucket_due_idx'));
-    by_key_and_time boolean := EXISTS (SELECT 1 FROM pg_index
-                                        WHERE indrelid = '{{.schema}}.messages'::regclass
-                                          AND indexrelid = to_regclass('{{.schema}}.messages_key_due_idx'));
 BEGIN
     IF mode = 'ordered' AND NOT enabled THEN
         ALTER TABLE {{.schema}}.messages ENABLE TRIGGER messages_open_lanes;
@@ -58,19 +34,13 @@ BEGIN
     ELSIF indexed AND mode <> 'partitioned' THEN
         DROP INDEX {{.schema}}.messages_bucket_due_idx;
     END IF;
-    IF mode = 'partitioned' AND NOT by_key_and_time THEN
-        CREATE INDEX messages_key_due_idx ON {{.schema}}.messages ({{.schema}}.messages_bucket(key, id), key, available_at, id)
-            WHERE (key IS NOT NULL) IS TRUE;
-    ELSIF by_key_and_time AND mode <> 'partitioned' THEN
-        DROP INDEX {{.schema}}.messages_key_due_idx;
-    END IF;
 END
 $$;
 
 REVOKE EXECUTE ON FUNCTION {{.schema}}.messages_apply_mode() FROM PUBLIC;
 
 -- A schema in partitioned mode gets its bucket index again, with the new
--- predicate, and its key index by time.
+-- predicate (in this transaction: producers' inserts wait while it builds).
 DO $$
 BEGIN
     IF to_regclass('{{.schema}}.messages_bucket_due_idx') IS NOT NULL THEN
