@@ -88,10 +88,11 @@ func TestLookupsByID_CannotUseADueIndex(t *testing.T) {
 
 // TestKeyLookups_CannotWalkThePrimaryKey: a partitioned claim looks a key's
 // older rows, and its held keys' oldest rows, up through messages_key_idx
-// (key, id) and cannot turn to the primary key below an id, nor to
-// messages_due_idx: the lookups of a key's rows name the order (key, id),
-// which the primary key cannot give, and find heads by id with their due
-// time in a row comparison.
+// (key, id) and cannot turn to the primary key, below an id or in id
+// order, nor to messages_due_idx: the lookups of a key's rows bound the key
+// in row comparisons and name the order (key, id), which the primary key
+// cannot give, and find heads by id with their due time in a row
+// comparison.
 func TestKeyLookups_CannotWalkThePrimaryKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -116,10 +117,40 @@ func TestKeyLookups_CannotWalkThePrimaryKey(t *testing.T) {
 		explain(t, tx, r.mode.(*partitioned).claims[1], withHeld),
 	} {
 		for _, use := range indexScans(plan, "", unbounded) {
-			if strings.Contains(use, "id <") || strings.Contains(use, "messages_due_idx") {
+			// The primary key only finds rows by id (id = ...).
+			if !strings.Contains(use, "(id =") || strings.Contains(use, "messages_due_idx") {
 				t.Errorf("the claim looks keys' rows up through %s", use)
 			}
 		}
+	}
+}
+
+// TestKeyLookups_OrderedHeadsCannotWalkThePrimaryKey: ordered mode's lanes
+// claim finds each lane's head through messages_key_idx, and without it
+// cannot turn to the primary key in id order.
+func TestKeyLookups_OrderedHeadsCannotWalkThePrimaryKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, r := staleStatistics(t, outbox.ModeOrdered)
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	args := r.claimArgs(claimRequest{limit: 1000, bytes: 1 << 30, closed: []string{}})
+	args["recheck"] = laneRecheck
+	delete(args, "floor")
+	claim := r.mode.(*ordered).claimLanes
+	byKey := func(index string) bool { return index == "messages_key_idx" }
+	if uses := indexScans(explain(t, tx, claim, args), "CTE heads", byKey); len(uses) == 0 {
+		t.Errorf("the lanes claim does not find heads through messages_key_idx")
+	}
+	if _, err := tx.Exec(ctx, "DROP INDEX "+db.Table("messages_key_idx")); err != nil {
+		t.Fatal(err)
+	}
+	pkey := func(index string) bool { return index == "messages_pkey" }
+	for _, use := range indexScans(explain(t, tx, claim, args), "CTE heads", pkey) {
+		t.Errorf("the lanes claim finds heads through %s", use)
 	}
 }
 
@@ -146,10 +177,10 @@ func TestKeyLookups_UseTheirIndexWithFreshStatistics(t *testing.T) {
 	claim, _, claimArgs, _ := lookupStatements(t, tx, db, r)
 	claimArgs["limit"] = 100
 	plan := explain(t, tx, claim, claimArgs)
-	if uses := indexScans(plan, "CTE kept", func(index string) bool { return index == "messages_key_idx" }); len(uses) == 0 {
+	if uses := indexScans(plan, "CTE outside", func(index string) bool { return index == "messages_key_idx" }); len(uses) == 0 {
 		t.Errorf("the older-row check does not use messages_key_idx")
 	}
-	for _, node := range indexScans(plan, "CTE kept", func(index string) bool { return index == "" }) {
+	for _, node := range indexScans(plan, "CTE outside", func(index string) bool { return index == "" }) {
 		if strings.HasPrefix(node, "Seq Scan") {
 			t.Errorf("the older-row check reads the whole table: %s", node)
 		}

@@ -35,7 +35,9 @@ import (
 //     imply their predicate;
 //   - lookups of a key's rows name the order of messages_key_idx (ORDER BY
 //     key, id; (key, id) < (…) for older rows), which the primary key
-//     cannot give;
+//     cannot give, and bound the key in row comparisons (ofKey) rather than
+//     as key = …, which would drop it from the order and let the primary
+//     key give id order;
 //   - in partitioned mode, the bucket walk bounds available_at inside row
 //     comparisons led by the bucket, which messages_due_idx cannot serve,
 //     and states the bucket index's predicate, which no other statement

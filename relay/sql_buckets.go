@@ -16,7 +16,9 @@ package relay
 // keyed row is kept only when no older row of its key lies outside this
 // claim (in flight, in backoff, not yet due, held back by the byte budget):
 // a key's rows are claimed together, oldest first, and delivered one after
-// the other (keyorder.go). @default_sink and @closed_sinks are those of
+// the other (keyorder.go). The claim looks for that row once per key
+// (outside: the key's oldest row not in the claim), not once per row,
+// which read a hot key's earlier rows again for each of its rows. @default_sink and @closed_sinks are those of
 // queryMessagesClaim. Its rows are leaseRows', then one row per key that
 // was held back, with only created_at (when its blocking row may move: the
 // end of its lease, or when it is due) and the key set. The relay passes
@@ -37,16 +39,20 @@ WITH owned AS MATERIALIZED (` + bucketOwned + `
                row_number() OVER (ORDER BY available_at, id) AS n
           FROM due) AS s
      WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
+), outside AS MATERIALIZED (
+    SELECT k.key,
+           (SELECT o.id FROM {schema}.messages AS o
+             WHERE ` + ofKey("o", "k.key") + ` AND o.id <> ALL (k.ids)
+             ORDER BY o.key, o.id LIMIT 1) AS oldest
+      FROM (SELECT key, array_agg(id) AS ids FROM fits WHERE key IS NOT NULL GROUP BY key) AS k
 ), kept AS MATERIALIZED (
     SELECT f.id, f.leased_by
       FROM fits AS f
-     WHERE f.key IS NULL
-        OR NOT EXISTS (SELECT 1 FROM {schema}.messages AS o
-                        WHERE o.key = f.key AND (o.key, o.id) < (f.key, f.id)
-                          AND o.id <> ALL (ARRAY(SELECT id FROM fits)))
+      LEFT JOIN outside AS x ON x.key = f.key
+     WHERE x.oldest IS NULL OR f.id < x.oldest
 ), held AS (
-    SELECT DISTINCT key FROM fits
-     WHERE key IS NOT NULL AND id <> ALL (ARRAY(SELECT id FROM kept))
+    SELECT x.key, x.oldest FROM outside AS x
+     WHERE x.oldest < (SELECT max(f.id) FROM fits AS f WHERE f.key = x.key)
 ), leased AS (` + leaseRows("kept", "{schema}.messages_bucket(m.key, m.id)") + `
 )
 SELECT *, NULL::text FROM leased
@@ -55,10 +61,22 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT CASE WHEN o.leased_until > now() THEN least(o.leased_until, now() + @lease::interval)
                     ELSE greatest(o.available_at, now()) END
           FROM {schema}.messages AS o
-         WHERE o.key = h.key AND o.id <> ALL (ARRAY(SELECT id FROM fits))
-         ORDER BY o.key, o.id LIMIT 1),
+         WHERE o.id = h.oldest),
        NULL, NULL, NULL, NULL, NULL, h.key
   FROM held AS h`
+
+// ofKey is the condition that m is a row of key (an expression of an outer
+// row), for the lookups that take a key's oldest rows in the order of
+// messages_key_idx (ORDER BY key, id LIMIT 1). It bounds the key in row
+// comparisons, not as m.key = key: with the key equal to one value,
+// PostgreSQL drops it from the order, and the primary key then gives "id
+// order" too, which it took, walking the ids of every key (800 rows read
+// per lookup with 10 keys, and every dead row under a pinned horizon). The
+// row comparisons keep the key in the order, which only messages_key_idx
+// gives, and bound its scan to the key's entries.
+func ofKey(m, key string) string {
+	return m + `.key IS NOT NULL AND (` + m + `.key, ` + m + `.id) > (` + key + `, 0) AND (` + m + `.key, ` + m + `.id) <= (` + key + `, 9223372036854775807)`
+}
 
 // bucketOwned is the owned buckets of queryBucketsClaim with the most rows
 // each may give, checked pair by pair against the buckets table.
@@ -108,13 +126,13 @@ const bucketHeldOut = `
 // of each held key (@held_keys) in an owned bucket, when it is due and
 // free. The heads are found by id; whether they are due is asked inside a
 // row comparison, which leaves messages_due_idx no candidate for it.
-const bucketHeldHeads = `
+var bucketHeldHeads = `
     UNION ALL
     SELECT * FROM (
         SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
           FROM {schema}.messages AS m
          WHERE m.id = ANY (ARRAY(
-               SELECT (SELECT h.id FROM {schema}.messages AS h WHERE h.key = k.key ORDER BY h.key, h.id LIMIT 1)
+               SELECT (SELECT h.id FROM {schema}.messages AS h WHERE ` + ofKey("h", "k.key") + ` ORDER BY h.key, h.id LIMIT 1)
                  FROM unnest(@held_keys::text[]) AS k(key)))
            AND {schema}.messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM owned))
            AND (m.id, m.available_at) <= (m.id, now())

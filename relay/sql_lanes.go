@@ -45,7 +45,7 @@ WITH due_lanes AS MATERIALIZED (
       LEFT JOIN LATERAL (
            SELECT m.id, m.available_at, m.leased_until, m.destination
              FROM {schema}.messages AS m
-            WHERE m.key = d.key
+            WHERE ` + ofKey("m", "d.key") + `
             ORDER BY m.key, m.id
             LIMIT 1
       ) AS h ON true
@@ -138,7 +138,7 @@ const settleLanes = `, lanes_moved AS (
 // lanes that are due; rows waiting behind their key's head are not due.
 // Each part stops at @cap rows. It also returns the oldest due time of each
 // sink.
-const queryLanesBacklog = `
+var queryLanesBacklog = `
 WITH unkeyed AS (
     SELECT destination, available_at FROM {schema}.messages
      WHERE key IS NULL AND available_at <= now() AND ` + leaseOver + `
@@ -148,7 +148,7 @@ WITH unkeyed AS (
     SELECT h.destination, h.available_at
       FROM (SELECT key FROM {schema}.lanes WHERE available_at <= now() LIMIT @cap) AS l,
            LATERAL (SELECT m.destination, m.available_at, m.leased_until FROM {schema}.messages AS m
-                     WHERE m.key = l.key ORDER BY m.key, m.id LIMIT 1) AS h
+                     WHERE ` + ofKey("m", "l.key") + ` ORDER BY m.key, m.id LIMIT 1) AS h
      WHERE h.available_at <= now() AND (h.leased_until IS NULL OR h.leased_until <= now())
 )
 SELECT coalesce(destination, @default_sink), count(*), min(available_at)
@@ -159,11 +159,11 @@ SELECT coalesce(destination, @default_sink), count(*), min(available_at)
 // retry (looking at up to @lanes_cap lanes not due now) and the rows that
 // wait behind their key's head (keyed rows less lanes, each count stopping
 // at @cap).
-const queryLanesBlocked = `
+var queryLanesBlocked = `
 SELECT (SELECT count(*)
           FROM (SELECT key FROM {schema}.lanes WHERE available_at > now() LIMIT @lanes_cap) AS l,
                LATERAL (SELECT m.attempts, m.leased_by, m.available_at FROM {schema}.messages AS m
-                         WHERE m.key = l.key ORDER BY m.key, m.id LIMIT 1) AS h
+                         WHERE ` + ofKey("m", "l.key") + ` ORDER BY m.key, m.id LIMIT 1) AS h
          WHERE h.attempts > 0 AND h.leased_by IS NULL AND h.available_at > now()),
        greatest((SELECT count(*) FROM (SELECT 1 FROM {schema}.messages WHERE key IS NOT NULL LIMIT @cap) AS k)
               - (SELECT count(*) FROM (SELECT 1 FROM {schema}.lanes LIMIT @cap) AS l), 0)`

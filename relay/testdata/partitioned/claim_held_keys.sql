@@ -25,7 +25,7 @@ WITH owned AS MATERIALIZED (
         SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
           FROM "outbox".messages AS m
          WHERE m.id = ANY (ARRAY(
-               SELECT (SELECT h.id FROM "outbox".messages AS h WHERE h.key = k.key ORDER BY h.key, h.id LIMIT 1)
+               SELECT (SELECT h.id FROM "outbox".messages AS h WHERE h.key IS NOT NULL AND (h.key, h.id) > (k.key, 0) AND (h.key, h.id) <= (k.key, 9223372036854775807) ORDER BY h.key, h.id LIMIT 1)
                  FROM unnest(@held_keys::text[]) AS k(key)))
            AND "outbox".messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM owned))
            AND (m.id, m.available_at) <= (m.id, now())
@@ -39,16 +39,20 @@ WITH owned AS MATERIALIZED (
                row_number() OVER (ORDER BY available_at, id) AS n
           FROM due) AS s
      WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
+), outside AS MATERIALIZED (
+    SELECT k.key,
+           (SELECT o.id FROM "outbox".messages AS o
+             WHERE o.key IS NOT NULL AND (o.key, o.id) > (k.key, 0) AND (o.key, o.id) <= (k.key, 9223372036854775807) AND o.id <> ALL (k.ids)
+             ORDER BY o.key, o.id LIMIT 1) AS oldest
+      FROM (SELECT key, array_agg(id) AS ids FROM fits WHERE key IS NOT NULL GROUP BY key) AS k
 ), kept AS MATERIALIZED (
     SELECT f.id, f.leased_by
       FROM fits AS f
-     WHERE f.key IS NULL
-        OR NOT EXISTS (SELECT 1 FROM "outbox".messages AS o
-                        WHERE o.key = f.key AND (o.key, o.id) < (f.key, f.id)
-                          AND o.id <> ALL (ARRAY(SELECT id FROM fits)))
+      LEFT JOIN outside AS x ON x.key = f.key
+     WHERE x.oldest IS NULL OR f.id < x.oldest
 ), held AS (
-    SELECT DISTINCT key FROM fits
-     WHERE key IS NOT NULL AND id <> ALL (ARRAY(SELECT id FROM kept))
+    SELECT x.key, x.oldest FROM outside AS x
+     WHERE x.oldest < (SELECT max(f.id) FROM fits AS f WHERE f.key = x.key)
 ), leased AS (
     UPDATE "outbox".messages AS m
        SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
@@ -70,7 +74,6 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT CASE WHEN o.leased_until > now() THEN least(o.leased_until, now() + @lease::interval)
                     ELSE greatest(o.available_at, now()) END
           FROM "outbox".messages AS o
-         WHERE o.key = h.key AND o.id <> ALL (ARRAY(SELECT id FROM fits))
-         ORDER BY o.key, o.id LIMIT 1),
+         WHERE o.id = h.oldest),
        NULL, NULL, NULL, NULL, NULL, h.key
   FROM held AS h
