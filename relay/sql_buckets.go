@@ -18,8 +18,9 @@ package relay
 // a key's rows are claimed together, oldest first, and delivered one after
 // the other (keyorder.go). The claim looks for that row once per key
 // (outside: the key's oldest row not in the claim), not once per row,
-// which read a hot key's earlier rows again for each of its rows. @default_sink and @closed_sinks are those of
-// queryMessagesClaim. Its rows are leaseRows', then one row per key that
+// which read a hot key's earlier rows again for each of its rows.
+// @default_sink and @closed_sinks are those of queryMessagesClaim. Its
+// rows are leaseRows', then one row per key that
 // was held back, with only created_at (when its blocking row may move: the
 // end of its lease, or when it is due) and the key set. The relay passes
 // such keys back (@held_keys, when there are any: {held_out} and
@@ -73,7 +74,8 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 // order" too, which it took, walking the ids of every key (800 rows read
 // per lookup with 10 keys, and every dead row under a pinned horizon). The
 // row comparisons keep the key in the order, which only messages_key_idx
-// gives, and bound its scan to the key's entries.
+// gives, and bound its scan to the key's entries (ids are the sequence's,
+// above 0). status's blocked keys (relay/admin) state the same.
 func ofKey(m, key string) string {
 	return m + `.key IS NOT NULL AND (` + m + `.key, ` + m + `.id) > (` + key + `, 0) AND (` + m + `.key, ` + m + `.id) <= (` + key + `, 9223372036854775807)`
 }

@@ -79,7 +79,10 @@ SELECT id, version, mode, started_at, last_seen, last_seen > now() - $1::interva
 
 // queryBlockedKeys returns, in ordered mode, the $1 keys whose head (their
 // oldest row) has failed, oldest head first: the head's age, attempts, next
-// retry and last error, and the rows of the key.
+// retry and last error, and the rows of the key. The head is looked up as
+// the relay's lookups of a key's oldest row are (relay's ofKey): the key
+// bounded in row comparisons, so that PostgreSQL cannot take the primary
+// key in id order for it.
 const queryBlockedKeys = `
 SELECT l.key, h.created_at, h.attempts, h.available_at, coalesce(h.leased_until > now(), false), coalesce(h.last_error, ''),
        (SELECT count(*) FROM %[1]s.messages AS k WHERE k.key = l.key)
