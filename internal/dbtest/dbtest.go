@@ -93,11 +93,30 @@ func NewEmpty(t testing.TB) *Schema {
 			return
 		}
 		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+		if err := dropSchema(conn, name); err != nil {
 			t.Errorf("drop test schema %s: %v", name, err)
 		}
 	})
 	return &Schema{Name: name, Pool: pool, URL: url}
+}
+
+// dropSchema drops the test schema name with everything in it. The drop
+// locks the schema's objects one after another, and a backend of a relay
+// process the test has just stopped may still be finishing a statement
+// that locks them in another order: PostgreSQL then aborts one of the two
+// as a deadlock (SQLSTATE 40P01). The drop is tried again, a few times,
+// once that statement has ended.
+func dropSchema(conn *pgx.Conn, name string) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		_, err = conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return err
 }
 
 // busyWait is how long a test waits for a connection while the server has
