@@ -97,11 +97,7 @@ func TestKeyLookups_CannotWalkThePrimaryKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, r := staleStatistics(t, outbox.ModePartitioned)
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
+	tx := planTx(t, db)
 	if _, err := tx.Exec(ctx, "DROP INDEX "+db.Table("messages_key_idx")); err != nil {
 		t.Fatal(err)
 	}
@@ -132,24 +128,16 @@ func TestKeyLookups_OrderedHeadsCannotWalkThePrimaryKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, r := staleStatistics(t, outbox.ModeOrdered)
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	args := r.claimArgs(claimRequest{limit: 1000, bytes: 1 << 30, closed: []string{}})
-	args["recheck"] = laneRecheck
-	delete(args, "floor")
-	claim := r.mode.(*ordered).claimLanes
-	byKey := func(index string) bool { return index == "messages_key_idx" }
-	if uses := indexScans(explain(t, tx, claim, args), "CTE heads", byKey); len(uses) == 0 {
+	tx := planTx(t, db)
+	m := r.mode.(*ordered)
+	claim, args := m.claimLanes, m.lanesClaimArgs(claimRequest{limit: 1000, bytes: 1 << 30, closed: []string{}})
+	if uses := indexScans(explain(t, tx, claim, args), "CTE heads", indexNamed("messages_key_idx")); len(uses) == 0 {
 		t.Errorf("the lanes claim does not find heads through messages_key_idx")
 	}
 	if _, err := tx.Exec(ctx, "DROP INDEX "+db.Table("messages_key_idx")); err != nil {
 		t.Fatal(err)
 	}
-	pkey := func(index string) bool { return index == "messages_pkey" }
-	for _, use := range indexScans(explain(t, tx, claim, args), "CTE heads", pkey) {
+	for _, use := range indexScans(explain(t, tx, claim, args), "CTE heads", indexNamed("messages_pkey")) {
 		t.Errorf("the lanes claim finds heads through %s", use)
 	}
 }
@@ -160,7 +148,6 @@ func TestKeyLookups_OrderedHeadsCannotWalkThePrimaryKey(t *testing.T) {
 // table once per claimed row.
 func TestKeyLookups_UseTheirIndexWithFreshStatistics(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := dbtest.New(t)
 	db.SetMode(t, outbox.ModePartitioned)
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 1000) FROM generate_series(1, 3000) AS i`)
@@ -169,18 +156,14 @@ func TestKeyLookups_UseTheirIndexWithFreshStatistics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
+	tx := planTx(t, db)
 	claim, _, claimArgs, _ := lookupStatements(t, tx, db, r)
 	claimArgs["limit"] = 100
 	plan := explain(t, tx, claim, claimArgs)
-	if uses := indexScans(plan, "CTE outside", func(index string) bool { return index == "messages_key_idx" }); len(uses) == 0 {
+	if uses := indexScans(plan, "CTE outside", indexNamed("messages_key_idx")); len(uses) == 0 {
 		t.Errorf("the older-row check does not use messages_key_idx")
 	}
-	for _, node := range indexScans(plan, "CTE outside", func(index string) bool { return index == "" }) {
+	for _, node := range indexScans(plan, "CTE outside", indexNamed("")) {
 		if strings.HasPrefix(node, "Seq Scan") {
 			t.Errorf("the older-row check reads the whole table: %s", node)
 		}
@@ -195,22 +178,15 @@ func TestBucketWalk_CannotUseTheSharedDueIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, r := staleStatistics(t, outbox.ModePartitioned)
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
+	tx := planTx(t, db)
 	claim, _, claimArgs, _ := lookupStatements(t, tx, db, r)
-	named := func(name string) func(string) bool {
-		return func(index string) bool { return index == name }
-	}
-	if uses := indexScans(explain(t, tx, claim, claimArgs), "CTE due", named("messages_bucket_due_idx")); len(uses) == 0 {
+	if uses := indexScans(explain(t, tx, claim, claimArgs), "CTE due", indexNamed("messages_bucket_due_idx")); len(uses) == 0 {
 		t.Errorf("the walk does not use messages_bucket_due_idx")
 	}
 	if _, err := tx.Exec(ctx, "DROP INDEX "+db.Table("messages_bucket_due_idx")); err != nil {
 		t.Fatal(err)
 	}
-	if uses := indexScans(explain(t, tx, claim, claimArgs), "CTE due", named("messages_due_idx")); len(uses) > 0 {
+	if uses := indexScans(explain(t, tx, claim, claimArgs), "CTE due", indexNamed("messages_due_idx")); len(uses) > 0 {
 		t.Errorf("the walk goes through %s", uses)
 	}
 }
@@ -274,6 +250,25 @@ func lookupStatements(t *testing.T, tx pgx.Tx, db *dbtest.Schema, r *Relay) (cla
 	}
 	t.Fatalf("no statements for mode %T", r.mode)
 	return "", "", nil, nil
+}
+
+// planTx begins a transaction on db's pool for a plan test, rolled back
+// when the test ends: what the test drops or updates in it never lands.
+func planTx(t *testing.T, db *dbtest.Schema) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	return tx
+}
+
+// indexNamed matches the scans of the index name for indexScans ("": the
+// nodes that scan no index).
+func indexNamed(name string) func(string) bool {
+	return func(index string) bool { return index == name }
 }
 
 // explain runs EXPLAIN (ANALYZE, FORMAT JSON) of sql with args in tx and

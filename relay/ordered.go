@@ -60,13 +60,18 @@ func (m *ordered) claimers() []claimer {
 	return []claimer{heads, second, {what: "rows without a key", claim: m.r.claimWith(m.claimUnkeyed)}}
 }
 
-// claimHeads leases the heads of due lanes (queryLanesClaim), then prunes
-// the lanes it found empty.
-func (m *ordered) claimHeads(ctx context.Context, req claimRequest) ([]claimed, error) {
+// lanesClaimArgs returns the arguments of queryLanesClaim for req.
+func (m *ordered) lanesClaimArgs(req claimRequest) pgx.StrictNamedArgs {
 	args := m.r.claimArgs(req)
 	args["recheck"] = laneRecheck
 	delete(args, "floor") // lanes have their own due index
-	batch, empty, err := m.r.claimRows(ctx, m.claimLanes, args, req, "claim heads of keys")
+	return args
+}
+
+// claimHeads leases the heads of due lanes (queryLanesClaim), then prunes
+// the lanes it found empty.
+func (m *ordered) claimHeads(ctx context.Context, req claimRequest) ([]claimed, error) {
+	batch, empty, err := m.r.claimRows(ctx, m.claimLanes, m.lanesClaimArgs(req), req, "claim heads of keys")
 	if err != nil {
 		return nil, err
 	}

@@ -163,6 +163,8 @@ func main() {
 		usage("-binary measures one relay's backlog drain with its defaults against refloop only (no -mode steady, -archived, -not-due, -partitioned, -modes or -replicas)")
 	case *modes && (*partitioned || o.Archived > 0 || o.NotDue > 0):
 		usage("-modes runs both modes against refloop (no -partitioned, -archived or -not-due)")
+	case o.Keys > 0 && o.Mode != "backlog":
+		usage("-keys spreads the backlog's rows over keys (-mode backlog, or -pin-horizon with -relay-mode); a steady producer writes no key")
 	}
 	if err := o.Validate(); err != nil {
 		usage(err.Error())
