@@ -74,10 +74,11 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 // order" too, which it took, walking the ids of every key (800 rows read
 // per lookup with 10 keys, and every dead row under a pinned horizon). The
 // row comparisons keep the key in the order, which only messages_key_idx
-// gives, and bound its scan to the key's entries (ids are the sequence's,
-// above 0). status's blocked keys (relay/admin) state the same.
+// gives, and bound its scan to the key's entries, whatever their ids (a
+// row written without the insert guard may hold any). status's blocked
+// keys (relay/admin) state the same.
 func ofKey(m, key string) string {
-	return m + `.key IS NOT NULL AND (` + m + `.key, ` + m + `.id) > (` + key + `, 0) AND (` + m + `.key, ` + m + `.id) <= (` + key + `, 9223372036854775807)`
+	return m + `.key IS NOT NULL AND (` + m + `.key, ` + m + `.id) >= (` + key + `, -9223372036854775808) AND (` + m + `.key, ` + m + `.id) <= (` + key + `, 9223372036854775807)`
 }
 
 // bucketOwned is the owned buckets of queryBucketsClaim with the most rows

@@ -89,7 +89,7 @@ SELECT l.key, h.created_at, h.attempts, h.available_at, coalesce(h.leased_until 
   FROM %[1]s.lanes AS l,
        LATERAL (SELECT m.created_at, m.attempts, m.available_at, m.leased_until, m.last_error
                   FROM %[1]s.messages AS m
-                 WHERE m.key IS NOT NULL AND (m.key, m.id) > (l.key, 0) AND (m.key, m.id) <= (l.key, 9223372036854775807)
+                 WHERE m.key IS NOT NULL AND (m.key, m.id) >= (l.key, -9223372036854775808) AND (m.key, m.id) <= (l.key, 9223372036854775807)
                  ORDER BY m.key, m.id LIMIT 1) AS h
  WHERE h.attempts > 0 AND h.last_error IS NOT NULL
  ORDER BY h.created_at
