@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +54,24 @@ import (
 // every floorRescanEvery a refresh starts at the oldest row, so such a row
 // waits that long at most.
 //
+// The id floor: an id below which no row can be pending or become
+// visible, from which the lookups of a key's oldest row start (ofKey), so
+// that the dead entries of a key's delivered rows stay off their path. It
+// follows the same refreshes and the same rule for ids (migration 12): a
+// transaction takes its id before any row id, so a transaction whose id is
+// above a refresh's mark takes row ids above the sequence's value that
+// refresh read before its mark. The id floor is then the oldest of: the
+// oldest visible row at or above the last id floor, the next id of refresh
+// k-1, and the ids the transactions in progress may hold (the next id of
+// the latest refresh whose mark is below theirs), with the same patience
+// and the same going back when an old one ends. A sequence that hands out
+// cached values (CACHE above 1) or cycles breaks the rule: the id floor
+// then stays at the smallest bigint. A row of an old transaction that
+// commits after the id floor passed it waits until the next refresh, up to
+// floorEvery, before lookups of its key see it; newer rows of its key
+// claimed in the meantime go first, as rows inserted concurrently for the
+// same key may (docs/guarantees.md, "How producers must write").
+//
 // Refreshes run in a loop of their own (floorLoop), every floorEvery while
 // claims find rows and every floorIdleEvery otherwise, or once every
 // floorIdleClaims claims of an idle relay that backs off
@@ -81,9 +100,10 @@ type claimFloor struct {
 	// floorLoop per relay): they must read their snapshots in the order
 	// they advance the floor.
 	mu sync.Mutex
-	// at is the floor; known is false until the first refresh, and
-	// claims then start at the oldest row.
+	// at is the floor and id the id floor; known is false until the
+	// first refresh, and claims then start at the oldest row.
 	at    time.Time
+	id    int64
 	known bool
 	// refreshed is when the last refresh ran, rescanned when the last one
 	// started at the oldest row, and marks the last two refreshes' start
@@ -91,41 +111,62 @@ type claimFloor struct {
 	refreshed, rescanned time.Time
 	marks                []floorMark
 	// seen holds the transactions in progress at the last refresh, with
-	// the earliest time each one may have had its id (the zero time when
-	// it was in progress at the first refresh: any time).
-	seen map[uint64]time.Time
+	// the earliest time each one may have had its id and the smallest row
+	// id it may hold (the zero time and the smallest bigint when it was in
+	// progress at the first refresh: anything).
+	seen map[uint64]txSince
 	// busy is set when a claim found rows since the last refresh.
 	busy bool
 }
 
+// newFloor returns a claim floor before its first refresh.
+func newFloor() *claimFloor {
+	return &claimFloor{id: math.MinInt64, seen: map[uint64]txSince{}}
+}
+
 // floorRead is what one refresh reads: the start time of its transaction,
-// its snapshot, its mark (an id it took after the snapshot), and the
-// oldest row it sees at or above the floor it started from (none: an empty
-// table above it).
+// its snapshot, its mark (an id it took after the snapshot), the smallest
+// row id a transaction whose id is above the mark can take (next: the
+// sequence's value, read before the mark, plus one; the smallest bigint
+// when the sequence cannot tell), and the oldest row it sees at or above
+// the floor it started from, by time and by id (none: an empty table
+// above it).
 type floorRead struct {
 	start    time.Time
 	snapshot pgSnapshot
 	mark     uint64
+	next     int64
 	oldest   *time.Time
+	oldestID *int64
 }
 
-// floorMark is a refresh's start time and mark: a transaction whose id is
-// above the mark had it after that time.
+// floorMark is a refresh's start time, mark and next id: a transaction
+// whose id is above the mark had it after that time, and takes row ids
+// from next up.
 type floorMark struct {
 	start time.Time
 	mark  uint64
+	next  int64
 }
 
-// idSince returns the earliest time transaction x may have had its id: the
-// start of the latest refresh whose mark is below x, or the zero time (any
-// time) when no refresh's is.
-func (f *claimFloor) idSince(x uint64) time.Time {
+// txSince is what a refresh knows of a transaction in progress: the
+// earliest time it may have had its id, and the smallest row id it may
+// hold.
+type txSince struct {
+	at time.Time
+	id int64
+}
+
+// idSince returns what f knows of transaction x: the start and next id of
+// the latest refresh whose mark is below x, or the zero time and the
+// smallest bigint (anything) when no refresh's is.
+func (f *claimFloor) idSince(x uint64) txSince {
 	for i := len(f.marks) - 1; i >= 0; i-- {
 		if f.marks[i].mark < x {
-			return f.marks[i].start
+			return txSince{at: f.marks[i].start, id: f.marks[i].next}
 		}
 	}
-	return time.Time{}
+	return txSince{id: math.MinInt64}
 }
 
 // pgSnapshot is a pg_snapshot: transactions below xmin have ended, those
@@ -173,6 +214,17 @@ func (f *claimFloor) current() pgtype.Timestamptz {
 	return pgtype.Timestamptz{Time: f.at, Valid: true}
 }
 
+// currentID returns the id floor the lookups of a key's rows start from:
+// the smallest bigint before the first refresh.
+func (f *claimFloor) currentID() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.known {
+		return math.MinInt64
+	}
+	return f.id
+}
+
 // found records that a claim found rows: refreshes come sooner.
 func (f *claimFloor) found() {
 	f.mu.Lock()
@@ -180,9 +232,11 @@ func (f *claimFloor) found() {
 	f.mu.Unlock()
 }
 
-// due reports whether a refresh is due at now, and the floor it starts
-// from: -infinity (ok false) for the first refresh and for a rescan.
-func (f *claimFloor) due(now time.Time, idle time.Duration) (refresh bool, from time.Time, ok bool) {
+// due reports whether a refresh is due at now, and the floors it starts
+// from: -infinity and the smallest bigint (ok false) for the first refresh
+// and for a rescan. (An id floor at the smallest bigint starts from there
+// too, without a rescan by time.)
+func (f *claimFloor) due(now time.Time, idle time.Duration) (refresh bool, from txSince, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	every := max(floorIdleEvery, floorIdleClaims*idle)
@@ -190,34 +244,41 @@ func (f *claimFloor) due(now time.Time, idle time.Duration) (refresh bool, from 
 		every = floorEvery
 	}
 	if f.known && now.Sub(f.refreshed) < every {
-		return false, time.Time{}, false
+		return false, txSince{}, false
 	}
 	if !f.known || f.at.IsZero() || now.Sub(f.rescanned) >= floorRescanEvery {
-		return true, time.Time{}, false
+		return true, txSince{id: math.MinInt64}, false
 	}
-	return true, f.at, true
+	return true, txSince{at: f.at, id: f.id}, true
 }
 
-// advance moves the floor with what a refresh read, at now (the relay's
-// clock, for the refresh intervals only). from and fromKnown are the floor
-// the refresh started from (due): when fromKnown is false it started from
-// the oldest row.
-func (f *claimFloor) advance(now, from time.Time, fromKnown bool, rd floorRead) time.Time {
+// advance moves the floors with what a refresh read, at now (the relay's
+// clock, for the refresh intervals only), and returns the floor. from and
+// fromKnown are the floors the refresh started from (due): when fromKnown
+// is false it started from the oldest row.
+func (f *claimFloor) advance(now time.Time, from txSince, fromKnown bool, rd floorRead) time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	// Transactions with ids above the last refresh's mark had them after
-	// it began; at the first refresh, any time.
-	floor := time.Time{}
+	// it began, and take row ids from its next id up; at the first
+	// refresh, anything.
+	floor := txSince{id: math.MinInt64}
 	if len(f.marks) > 0 {
-		floor = f.marks[len(f.marks)-1].start
+		floor = txSince{at: f.marks[len(f.marks)-1].start, id: f.marks[len(f.marks)-1].next}
 	}
-	lower := func(t time.Time) {
-		if t.Before(floor) {
-			floor = t
+	lower := func(t txSince) {
+		if t.at.Before(floor.at) {
+			floor.at = t.at
+		}
+		if t.id < floor.id {
+			floor.id = t.id
 		}
 	}
 	if rd.oldest != nil {
-		lower(*rd.oldest)
+		lower(txSince{at: *rd.oldest, id: floor.id})
+	}
+	if rd.oldestID != nil {
+		lower(txSince{at: floor.at, id: *rd.oldestID})
 	}
 	inProgress := make(map[uint64]bool, len(rd.snapshot.xip))
 	for _, x := range rd.snapshot.xip {
@@ -229,8 +290,11 @@ func (f *claimFloor) advance(now, from time.Time, fromKnown bool, rd floorRead) 
 	// held it back).
 	for x, since := range f.seen {
 		if !inProgress[x] {
-			if fromKnown && since.Before(from) {
-				lower(since)
+			if fromKnown && since.at.Before(from.at) {
+				lower(txSince{at: since.at, id: floor.id})
+			}
+			if fromKnown && since.id < from.id {
+				lower(txSince{at: floor.at, id: since.id})
 			}
 			delete(f.seen, x)
 		}
@@ -243,12 +307,12 @@ func (f *claimFloor) advance(now, from time.Time, fromKnown bool, rd floorRead) 
 			since = f.idSince(x)
 			f.seen[x] = since
 		}
-		if rd.start.Sub(since) < floorPatience {
+		if rd.start.Sub(since.at) < floorPatience {
 			lower(since)
 		}
 	}
-	f.at, f.known = floor, true
-	f.marks = append(f.marks, floorMark{start: rd.start, mark: rd.mark})
+	f.at, f.id, f.known = floor.at, floor.id, true
+	f.marks = append(f.marks, floorMark{start: rd.start, mark: rd.mark, next: rd.next})
 	if len(f.marks) > 2 {
 		f.marks = f.marks[len(f.marks)-2:]
 	}
@@ -256,7 +320,7 @@ func (f *claimFloor) advance(now, from time.Time, fromKnown bool, rd floorRead) 
 	if !fromKnown {
 		f.rescanned = now
 	}
-	return floor
+	return floor.at
 }
 
 // floorLoop refreshes r's claim floor until ctx ends. A failed refresh
@@ -302,15 +366,21 @@ func (r *Relay) refreshFloor(ctx context.Context) error {
 	}
 	start := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 	if fromKnown {
-		start = pgtype.Timestamptz{Time: from, Valid: true}
+		start = pgtype.Timestamptz{Time: from.at, Valid: true}
 	}
 	var rd floorRead
 	var snap, mark string
+	var last *int64
+	var sequential *bool
 	var oldest pgtype.Timestamptz
-	err := r.pool.QueryRow(ctx, r.q.floor, planPerExecution, pgx.StrictNamedArgs{"start": start}).
-		Scan(&rd.start, &snap, &mark, &oldest)
+	err := r.pool.QueryRow(ctx, r.q.floor, planPerExecution, pgx.StrictNamedArgs{"start": start, "start_id": from.id}).
+		Scan(&rd.start, &snap, &last, &mark, &sequential, &oldest, &rd.oldestID)
 	if err != nil {
 		return fmt.Errorf("refresh claim floor: %w", err)
+	}
+	rd.next = math.MinInt64
+	if last != nil && sequential != nil && *sequential && *last < math.MaxInt64 {
+		rd.next = *last + 1
 	}
 	if rd.snapshot, err = parseSnapshot(snap); err != nil {
 		return fmt.Errorf("refresh claim floor: %w", err)

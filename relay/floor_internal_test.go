@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -26,10 +27,10 @@ func TestClaimFloor_Advance(t *testing.T) {
 	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	ptr := func(t time.Time) *time.Time { return &t }
-	f := &claimFloor{seen: map[uint64]time.Time{}}
+	f := newFloor()
 	step := func(name string, fromKnown bool, rd floorRead, want time.Time) {
 		t.Helper()
-		from := f.at
+		from := txSince{at: f.at, id: f.id}
 		if got := f.advance(rd.start, from, fromKnown, rd); !got.Equal(want) {
 			t.Errorf("%s: floor = %v, want %v", name, got, want)
 		}
@@ -63,13 +64,13 @@ func TestClaimFloor_Advance(t *testing.T) {
 
 	// A transaction in progress since before the first refresh may have
 	// rows anywhere: when it ends, the floor goes back to the oldest row.
-	g := &claimFloor{seen: map[uint64]time.Time{}}
-	g.advance(at(0), time.Time{}, false, floorRead{start: at(0), snapshot: snap(7), mark: 20})
-	g.advance(at(100), g.at, false, floorRead{start: at(100), snapshot: snap(7), mark: 30})
-	if got := g.advance(at(2000), g.at, true, floorRead{start: at(2000), snapshot: snap(7), mark: 40}); !got.Equal(at(100)) {
+	g := newFloor()
+	g.advance(at(0), txSince{}, false, floorRead{start: at(0), snapshot: snap(7), mark: 20})
+	g.advance(at(100), txSince{at: g.at}, false, floorRead{start: at(100), snapshot: snap(7), mark: 30})
+	if got := g.advance(at(2000), txSince{at: g.at}, true, floorRead{start: at(2000), snapshot: snap(7), mark: 40}); !got.Equal(at(100)) {
 		t.Errorf("an old transaction in progress: floor = %v, want the last refresh's start", got)
 	}
-	if got := g.advance(at(9000), g.at, true, floorRead{start: at(9000), snapshot: snap(), mark: 50}); !got.IsZero() {
+	if got := g.advance(at(9000), txSince{at: g.at}, true, floorRead{start: at(9000), snapshot: snap(), mark: 50}); !got.IsZero() {
 		t.Errorf("a transaction older than the first refresh ended: floor = %v, want any time", got)
 	}
 	if c := g.current(); c.InfinityModifier >= 0 {
@@ -80,20 +81,66 @@ func TestClaimFloor_Advance(t *testing.T) {
 	}
 }
 
+// TestClaimFloor_AdvanceIDs follows the id floor through refreshes: the
+// next id of the last refresh, unless a young transaction in progress or
+// the oldest row holds it back, and back to an old transaction's ids when
+// it ends.
+func TestClaimFloor_AdvanceIDs(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	id := func(v int64) *int64 { return &v }
+	f := newFloor()
+	step := func(name string, fromKnown bool, rd floorRead, want int64) {
+		t.Helper()
+		f.advance(rd.start, txSince{at: f.at, id: f.id}, fromKnown, rd)
+		if got := f.currentID(); got != want {
+			t.Errorf("%s: id floor = %d, want %d", name, got, want)
+		}
+	}
+	snap := func(xip ...uint64) pgSnapshot { return pgSnapshot{xmin: 1, xmax: 1000, xip: xip} }
+
+	if got := f.currentID(); got != math.MinInt64 {
+		t.Errorf("before the first refresh: id floor = %d, want the smallest bigint", got)
+	}
+	// The first refresh knows nothing of the transactions in progress.
+	step("first", false, floorRead{start: at(0), snapshot: snap(10), mark: 100, next: 500}, math.MinInt64)
+	// 110 is above mark 100: its rows take ids from 500 up. The oldest
+	// row (520) is above that.
+	step("110 young", false, floorRead{start: at(100), snapshot: snap(110), mark: 200, next: 600, oldestID: id(520)}, 500)
+	step("110 ended", true, floorRead{start: at(200), snapshot: snap(), mark: 300, next: 700, oldestID: id(650)}, 600)
+	// The oldest row pending holds the floor (a row in backoff, 650).
+	step("a row pending", true, floorRead{start: at(300), snapshot: snap(), mark: 400, next: 800, oldestID: id(650)}, 650)
+	step("delivered", true, floorRead{start: at(400), snapshot: snap(), mark: 500, next: 900}, 800)
+	// 450: listed first now, below mark 500, above mark 400 (next 800).
+	step("450 young", true, floorRead{start: at(500), snapshot: snap(450), mark: 600, next: 1000}, 800)
+	p := int(floorPatience / time.Millisecond)
+	step("450 old", true, floorRead{start: at(500 + p), snapshot: snap(450), mark: 700, next: 1100}, 1000)
+	step("450 older", true, floorRead{start: at(600 + p), snapshot: snap(450), mark: 800, next: 1200}, 1100)
+	// When it ends, the floor goes back to its ids, once.
+	step("450 ended", true, floorRead{start: at(700 + p), snapshot: snap(), mark: 900, next: 1300, oldestID: id(1250)}, 800)
+	step("after", true, floorRead{start: at(800 + p), snapshot: snap(), mark: 950, next: 1400}, 1300)
+	// A sequence that cannot tell (cached, cycling) gives no bound.
+	step("cached sequence", true, floorRead{start: at(900 + p), snapshot: snap(), mark: 960, next: math.MinInt64, oldestID: id(1350)}, 1350)
+	step("cached sequence, then", true, floorRead{start: at(1000 + p), snapshot: snap(), mark: 970, next: 1500}, math.MinInt64)
+	if refresh, from, known := f.due(at(1000+p).Add(floorIdleEvery), 0); !refresh || !known || from.id != math.MinInt64 {
+		t.Errorf("after an unknown id floor: due = %v, %+v, %v; want a refresh from the time floor and the smallest id", refresh, from, known)
+	}
+}
+
 // TestClaimFloor_Due spaces refreshes and rescans.
 func TestClaimFloor_Due(t *testing.T) {
 	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	f := &claimFloor{seen: map[uint64]time.Time{}}
+	f := newFloor()
 	if refresh, _, known := f.due(t0, 0); !refresh || known {
 		t.Fatalf("first due = %v, %v; want a refresh from the oldest row", refresh, known)
 	}
-	f.advance(t0.Add(-floorIdleEvery), time.Time{}, false, floorRead{start: t0.Add(-floorIdleEvery), snapshot: pgSnapshot{xmin: 1, xmax: 1}, mark: 1})
-	f.advance(t0, f.at, true, floorRead{start: t0, snapshot: pgSnapshot{xmin: 1, xmax: 1}, mark: 2})
+	f.advance(t0.Add(-floorIdleEvery), txSince{}, false, floorRead{start: t0.Add(-floorIdleEvery), snapshot: pgSnapshot{xmin: 1, xmax: 1}, mark: 1, next: 10})
+	f.advance(t0, txSince{at: f.at, id: f.id}, true, floorRead{start: t0, snapshot: pgSnapshot{xmin: 1, xmax: 1}, mark: 2, next: 20})
 	if refresh, _, _ := f.due(t0.Add(floorEvery), 0); refresh {
 		t.Error("idle: refreshed after floorEvery, want floorIdleEvery")
 	}
 	f.found()
-	if refresh, from, known := f.due(t0.Add(floorEvery), 0); !refresh || !known || !from.Equal(t0.Add(-floorIdleEvery)) {
+	if refresh, from, known := f.due(t0.Add(floorEvery), 0); !refresh || !known || !from.at.Equal(t0.Add(-floorIdleEvery)) || from.id != 10 {
 		t.Errorf("busy: due = %v, %v, %v; want a refresh from the floor", refresh, from, known)
 	}
 	if refresh, _, known := f.due(t0.Add(-floorIdleEvery).Add(floorRescanEvery), 0); !refresh || known {

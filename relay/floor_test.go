@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
@@ -128,6 +129,116 @@ func TestFloor_RowsOfLateCommittersAreDelivered(t *testing.T) {
 			relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, want)
 			if n := b.db.Count(t, "messages"); n != 0 {
 				t.Errorf("%d rows left in the hot table", n)
+			}
+		})
+	}
+}
+
+// TestFloor_LateCommittersOfAKeyLoseNothing runs, in the modes that keep a
+// key's order, writers of one key whose transactions commit late (some
+// past the floor's patience, one for seconds after the floors passed its
+// rows: the time floor's lag shows it, and the id floor leaves an old
+// transaction behind with it), beside a steady producer of the same key
+// and a session that pins the horizon. The lookups of the key's oldest row
+// start at the id floor: every late row still arrives, once, and the
+// steady producer's rows, committed one after the other, arrive in order.
+func TestFloor_LateCommittersOfAKeyLoseNothing(t *testing.T) {
+	for mode, set := range keyOrderModes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			cfg := b.config(t)
+			set(&cfg)
+			ctx := context.Background()
+			pin := b.db.Conn(t)
+			pinTx, err := pin.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = pinTx.Rollback(ctx) }()
+			if _, err := pinTx.Exec(ctx, "SELECT count(*) FROM "+b.db.Table("messages")); err != nil {
+				t.Fatal(err)
+			}
+			start(t, b, cfg)
+
+			insert := func(tx pgx.Tx, who string, i int) {
+				t.Helper()
+				if _, err := tx.Exec(ctx, "INSERT INTO "+b.db.Table("messages")+" (topic, payload, key, idempotency_key) VALUES ($1, $2, 'shared', $3)",
+					"events."+who, fmt.Sprintf("%s %d", who, i), fmt.Sprintf("%s-%d", who, i)); err != nil {
+					t.Error(err)
+				}
+			}
+			long := b.db.Conn(t)
+			longTx, err := long.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				insert(longTx, "long", i)
+			}
+			const steady, late = 400, 16
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range steady {
+					tx, err := b.db.Pool.Begin(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					insert(tx, "steady", i)
+					if err := tx.Commit(ctx); err != nil {
+						t.Error(err)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+			for w := range late {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					time.Sleep(time.Duration(w) * 60 * time.Millisecond)
+					tx, err := b.db.Pool.Begin(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					insert(tx, "late", w)
+					time.Sleep(time.Duration(rand.IntN(2400)) * time.Millisecond)
+					if err := tx.Commit(ctx); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			time.Sleep(2 * time.Second)
+			waitfor.Condition(t, 10*time.Second, "the floor to pass the long writer's rows", func() bool {
+				return testutil.ToFloat64(cfg.Metrics.ClaimFloorLag) < 1
+			})
+			time.Sleep(time.Second)
+			if err := longTx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			want := steady + late + 3
+			relaytest.WaitDrained(t, b.db, 30*time.Second)
+			if n := b.db.Count(t, "archive"); n != want {
+				t.Fatalf("archive holds %d rows, want %d", n, want)
+			}
+			relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, want)
+			next := 0
+			for _, m := range b.nats.Messages(t, stream) {
+				var i int
+				if _, err := fmt.Sscanf(m.Header.Get(nats.MsgIdHdr), "steady-%d", &i); err != nil {
+					continue
+				}
+				if i < next-1 {
+					t.Fatalf("steady row %d arrived after row %d", i, next-1)
+				}
+				next = max(next, i+1)
+			}
+			if next != steady {
+				t.Errorf("saw steady rows up to %d, want %d", next, steady)
 			}
 		})
 	}

@@ -231,9 +231,10 @@ func staleStatistics(t *testing.T, mode outbox.Mode) (*dbtest.Schema, *Relay) {
 // every bucket (in tx) under epoch 1, each with a share of 1000 rows.
 func lookupStatements(t *testing.T, tx pgx.Tx, db *dbtest.Schema, r *Relay) (claim, settle string, claimArgs, fence pgx.StrictNamedArgs) {
 	t.Helper()
-	claimArgs = r.claimArgs(claimRequest{limit: 1000, bytes: 1 << 30, closed: []string{}})
+	req := claimRequest{limit: 1000, bytes: 1 << 30, closed: []string{}}
 	switch m := r.mode.(type) {
 	case *unordered:
+		claimArgs = r.claimArgs(req)
 		return m.claim, m.settle.archiveOnly, claimArgs, nil
 	case *partitioned:
 		if _, err := tx.Exec(context.Background(), "UPDATE "+db.Table("buckets")+" SET owner = $1, epoch = 1, lease_until = now() + interval '1 hour'", r.cfg.ID); err != nil {
@@ -244,7 +245,7 @@ func lookupStatements(t *testing.T, tx pgx.Tx, db *dbtest.Schema, r *Relay) (cla
 		for b := range int32(64) {
 			buckets, epochs, shares = append(buckets, b), append(epochs, 1), append(shares, 1000)
 		}
-		claimArgs["buckets"], claimArgs["epochs"], claimArgs["shares"] = buckets, epochs, shares
+		claimArgs = m.bucketsClaimArgs(req, buckets, epochs, shares)
 		fence = pgx.StrictNamedArgs{"relay_id": r.cfg.ID, "fence_buckets": buckets, "fence_epochs": epochs}
 		return m.claims[0], m.settle.archiveOnly, claimArgs, fence
 	}

@@ -92,6 +92,16 @@ func (m *partitioned) eagerPause() time.Duration {
 // theirs), and leaves out the keys a claim held back. After a full batch (a
 // backlog) it claims from backlogBuckets of them at a time, in turn, so
 // that every bucket still gets its turn.
+// bucketsClaimArgs returns the arguments of queryBucketsClaim for req
+// over buckets, held under epochs, each giving at most its share; the
+// caller adds the held keys.
+func (m *partitioned) bucketsClaimArgs(req claimRequest, buckets []int32, epochs []int64, shares []int32) pgx.StrictNamedArgs {
+	args := m.r.claimArgs(req)
+	args["buckets"], args["epochs"], args["shares"] = buckets, epochs, shares
+	args["id_floor"] = m.r.floor.currentID()
+	return args
+}
+
 func (m *partitioned) claimer() claimer {
 	backlog := false // the loop's last claim was full
 	claim := func(ctx context.Context, req claimRequest) ([]claimed, error) {
@@ -104,8 +114,7 @@ func (m *partitioned) claimer() claimer {
 			return nil, nil
 		}
 		held := m.held.current(time.Now())
-		args := m.r.claimArgs(req)
-		args["buckets"], args["epochs"], args["shares"] = c.Buckets, c.Epochs, c.Shares
+		args := m.bucketsClaimArgs(req, c.Buckets, c.Epochs, c.Shares)
 		stmt := m.claims[0]
 		if len(held) > 0 {
 			args["held_keys"] = held

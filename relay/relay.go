@@ -102,7 +102,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		notified: newBroadcast(),
 		found:    newBroadcast(),
 		failures: newFailureLogs(log, cfg.Sinks),
-		floor:    &claimFloor{seen: map[uint64]time.Time{}},
+		floor:    newFloor(),
 	}
 	r.idlePause.Store(int64(cfg.PollInterval))
 	if cfg.Notify {

@@ -274,14 +274,26 @@ DELETE FROM {schema}.delivered_keys
 
 // queryFloor reads what a refresh of the claim floor needs (floor.go), in
 // one statement and so one snapshot: the transaction's start time, the
-// snapshot, a transaction id taken after it (the refresh's mark), and the
-// oldest row at or above @start (-infinity: the oldest row), through
-// messages_due_idx.
+// snapshot, the id sequence's last value, a transaction id taken after both
+// (the refresh's mark: the expressions are evaluated in order), whether
+// the sequence hands out its values one after the other (no cache, no
+// cycle), the oldest row at or above @start (-infinity: the oldest row),
+// through messages_due_idx, and the oldest row at or above @start_id,
+// through the primary key.
 const queryFloor = `
-SELECT now(), pg_current_snapshot()::text, pg_current_xact_id()::text,
+SELECT now(), pg_current_snapshot()::text,
+       pg_sequence_last_value('{schema}.messages_id_seq'::regclass),
+       pg_current_xact_id()::text,
+       (SELECT s.seqcache = 1 AND NOT s.seqcycle AND s.seqincrement > 0
+          FROM pg_sequence AS s
+         WHERE s.seqrelid = '{schema}.messages_id_seq'::regclass),
        (SELECT available_at FROM {schema}.messages
          WHERE available_at >= @start::timestamptz
          ORDER BY available_at
+         LIMIT 1),
+       (SELECT id FROM {schema}.messages
+         WHERE id >= @start_id::bigint
+         ORDER BY id
          LIMIT 1)`
 
 // queryClaimPlan sets, for the rest of a claim's transaction, the planner

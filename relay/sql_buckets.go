@@ -68,17 +68,19 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 
 // ofKey is the condition that m is a row of key (an expression of an outer
 // row), for the lookups that take a key's oldest rows in the order of
-// messages_key_idx (ORDER BY key, id LIMIT 1). It bounds the key in row
-// comparisons, not as m.key = key: with the key equal to one value,
-// PostgreSQL drops it from the order, and the primary key then gives "id
-// order" too, which it took, walking the ids of every key (800 rows read
-// per lookup with 10 keys, and every dead row under a pinned horizon). The
-// row comparisons keep the key in the order, which only messages_key_idx
-// gives, and bound its scan to the key's entries, whatever their ids (a
-// row written without the insert guard may hold any). status's blocked
-// keys (relay/admin) state the same.
+// messages_key_idx (ORDER BY key, id LIMIT 1), from the id floor
+// (@id_floor, floor.go) up. It bounds the key in row comparisons, not as
+// m.key = key: with the key equal to one value, PostgreSQL drops it from
+// the order, and the primary key then gives "id order" too, which it took,
+// walking the ids of every key (800 rows read per lookup with 10 keys, and
+// every dead row under a pinned horizon). The row comparisons keep the key
+// in the order, which only messages_key_idx gives, and start its scan at
+// the key's first id that may be pending: below the id floor lie only the
+// dead entries of the key's delivered rows, which a pinned horizon keeps
+// (each lookup walked all of them). status's blocked keys (relay/admin)
+// state the same from the smallest bigint.
 func ofKey(m, key string) string {
-	return m + `.key IS NOT NULL AND (` + m + `.key, ` + m + `.id) >= (` + key + `, -9223372036854775808) AND (` + m + `.key, ` + m + `.id) <= (` + key + `, 9223372036854775807)`
+	return m + `.key IS NOT NULL AND (` + m + `.key, ` + m + `.id) >= (` + key + `, @id_floor::bigint) AND (` + m + `.key, ` + m + `.id) <= (` + key + `, 9223372036854775807)`
 }
 
 // bucketOwned is the owned buckets of queryBucketsClaim with the most rows
