@@ -191,6 +191,71 @@ func TestBucketWalk_CannotUseTheSharedDueIndex(t *testing.T) {
 	}
 }
 
+// TestBucketWalk_StartsAtTheFloor: under a pinned horizon, 200,000 rows
+// delivered before the claim floor left their dead entries in
+// messages_bucket_due_idx. Each bucket's walk starts at the floor, not at
+// the bucket's first entry: a claim reads a few pages of the index per
+// bucket (its descent), not all of them.
+func TestBucketWalk_StartsAtTheFloor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	db.SetMode(t, outbox.ModePartitioned)
+	pin := db.Conn(t)
+	if _, err := pin.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pin.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 1000) FROM generate_series(1, 200000) AS i`)
+	db.Exec(t, `DELETE FROM %s.messages`)
+	var floor time.Time
+	if err := db.Pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&floor); err != nil {
+		t.Fatal(err)
+	}
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || i FROM generate_series(1, 100) AS i`)
+	r, err := New(db.Pool, Config{Schema: db.Name, Mode: outbox.ModePartitioned, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.floor.at, r.floor.known = floor, true
+
+	tx := planTx(t, db)
+	claim, _, claimArgs, _ := lookupStatements(t, tx, db, r)
+	index := db.Name + ".messages_bucket_due_idx"
+	var pages, before, after int64
+	read := func(into *int64) {
+		t.Helper()
+		if err := tx.QueryRow(ctx, "SELECT pg_stat_get_xact_blocks_fetched($1::regclass)", index).Scan(into); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / 8192", index).Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	read(&before)
+	rows, err := tx.Query(ctx, claim, claimArgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if rows.Close(); rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	read(&after)
+	t.Logf("the claim took %d rows and read %d pages of the bucket index (%d pages)", n, after-before, pages)
+	if n != 100 {
+		t.Errorf("the claim took %d rows, want 100", n)
+	}
+	if fetched := after - before; fetched*3 > pages {
+		t.Errorf("the claim read %d of the bucket index's %d pages: its walks start below the floor", fetched, pages)
+	}
+}
+
 // staleStatistics returns a schema in mode whose due indexes hold the dead
 // entries of 3,000 deleted rows, kept by a pinned snapshot, and 300 due
 // rows over 7 keys, with the statistics of a nearly empty table; and a

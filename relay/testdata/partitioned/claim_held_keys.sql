@@ -9,8 +9,7 @@ WITH owned AS MATERIALIZED (
      CROSS JOIN LATERAL (
            SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
              FROM "outbox".messages AS m
-            WHERE "outbox".messages_bucket(m.key, m.id) = o.bucket
-              AND "outbox".messages_bucket(m.key, m.id) BETWEEN 0 AND 63
+            WHERE "outbox".messages_bucket(m.key, m.id) BETWEEN 0 AND 63
               AND ("outbox".messages_bucket(m.key, m.id), m.available_at) <= (o.bucket, now())
               AND ("outbox".messages_bucket(m.key, m.id), m.available_at) >= (o.bucket, @floor::timestamptz)
               AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
