@@ -30,7 +30,7 @@ func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
 	mode := fs.String("mode", "backlog", "backlog | steady")
 	rate := fs.Float64("rate", 2000, "steady mode: producer events per second")
 	producers := fs.Int("producers", 2, "steady mode: producer connections")
-	rowsPerTx := fs.Int("rows-per-tx", 1, "steady mode: rows per producer transaction")
+	rowsPerTx := fs.Int("rows-per-tx", 1, "steady mode: rows per producer transaction, in one INSERT statement")
 	archived := fs.Int("archived", 0, "fill the archive and the delivered keys with this many rows of history first")
 	chosenKeys := fs.Bool("chosen-keys", false, "backlog mode: give every row an idempotency key of the producer's choosing (looked up and recorded for deduplication)")
 	notDue := fs.Int("not-due", 0, "add this many rows due only in a day beside the ones measured")
