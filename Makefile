@@ -5,7 +5,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/outbox_bench?sslmode=disable
 NATS_URL ?= nats://127.0.0.1:4222
 REFLOOP ?= ../shared/refloop
 
-.PHONY: build test ci helm bench bench-binary bench-replicas bench-pin-horizon bench-many-outboxes examples examples-run
+.PHONY: build test ci helm bench bench-binary bench-replicas bench-processes bench-pin-horizon bench-many-outboxes examples examples-run
 
 build:
 	.ci/build bin/outbox-relay
@@ -59,6 +59,15 @@ REPLICA_STEADY ?= 40000
 bench-replicas:
 	$(MAKE) bench ROUNDS=$(REPLICA_ROUNDS) BENCHFLAGS='-modes -replicas $(REPLICAS) -mode backlog -burst -n $(REPLICA_BACKLOG)'
 	$(MAKE) bench ROUNDS=$(REPLICA_ROUNDS) BENCHFLAGS='-modes -replicas $(REPLICAS) -mode steady -rate 2000 -n $(REPLICA_STEADY)'
+
+# The 200k burst drained by PROCESSES relay processes of the shipped binary
+# with their defaults, started one after another STAGGER apart as users
+# start them, in both modes and beside refloop, round by round (benchcmp
+# -modes -binary): the time from the first exec to an empty table.
+PROCESSES ?= 4
+STAGGER ?= 1s
+bench-processes: build
+	$(MAKE) bench ROUNDS=$(REPLICA_ROUNDS) BENCHFLAGS='-modes -binary bin/outbox-relay -replicas $(PROCESSES) -stagger $(STAGGER) -mode backlog -burst -n $(REPLICA_BACKLOG)'
 
 # The pinned-horizon benchmark (issue 21; benchcmp -pin-horizon): the
 # shipped binary with its defaults and refloop, each on its own database

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,11 +16,13 @@ import (
 )
 
 // runBinary measures the shipped binary as users run it: the backlog of o
-// is preloaded, then bin runs with its defaults (only the database, NATS
-// and the scratch schema set) and the time from exec until the table is
-// empty is the drain. The relay is then stopped with SIGTERM and the run
+// is preloaded, then o.Replicas processes of bin (at least one) start one
+// after another, stagger apart, each with its defaults (only the database,
+// NATS, the scratch schema, its RELAY_ID and, for partitioned mode,
+// RELAY_MODE set), and the time from the first exec until the table is
+// empty is the drain. The relays are then stopped with SIGTERM and the run
 // verified.
-func runBinary(ctx context.Context, bin string, o bench.Options) (bench.Result, error) {
+func runBinary(ctx context.Context, bin string, o bench.Options, stagger time.Duration) (bench.Result, error) {
 	if err := bench.PrepareBacklog(ctx, o); err != nil {
 		return bench.Result{}, err
 	}
@@ -28,22 +31,53 @@ func runBinary(ctx context.Context, bin string, o bench.Options) (bench.Result, 
 		return bench.Result{}, err
 	}
 	defer pool.Close()
-	cmd := exec.CommandContext(ctx, bin, "run")
-	cmd.Env = append(os.Environ(),
-		"DATABASE_URL="+o.DatabaseURL, "NATS_URL="+o.NatsURL, "RELAY_SCHEMA="+o.Schema,
-		"RELAY_HTTP_ADDR=", "LOG_LEVEL=warn")
-	cmd.Stderr = os.Stderr
+	var cmds []*exec.Cmd
+	stop := func() error {
+		var first error
+		for _, cmd := range cmds {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		}
+		for _, cmd := range cmds {
+			if err := cmd.Wait(); err != nil && first == nil {
+				first = fmt.Errorf("%s run: %w", bin, err)
+			}
+		}
+		return first
+	}
 	began := time.Now()
-	if err := cmd.Start(); err != nil {
+	drained := make(chan error, 1)
+	var elapsed time.Duration
+	for i := range max(o.Replicas, 1) {
+		if i > 0 {
+			select {
+			case err := <-drained:
+				drained <- err
+			case <-time.After(stagger):
+			}
+		}
+		cmd := exec.CommandContext(ctx, bin, "run")
+		cmd.Env = append(os.Environ(),
+			"DATABASE_URL="+o.DatabaseURL, "NATS_URL="+o.NatsURL, "RELAY_SCHEMA="+o.Schema,
+			"RELAY_HTTP_ADDR=", "LOG_LEVEL=warn", fmt.Sprintf("RELAY_ID=bench-%d", i+1))
+		if o.Relay.Mode != "" {
+			cmd.Env = append(cmd.Env, "RELAY_MODE="+string(o.Relay.Mode))
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			return bench.Result{}, errors.Join(err, stop())
+		}
+		cmds = append(cmds, cmd)
+		if i == 0 {
+			go func() {
+				var err error
+				elapsed, err = untilDrained(ctx, pool, o, began)
+				drained <- err
+			}()
+		}
+	}
+	drainErr := <-drained
+	if err := errors.Join(drainErr, stop()); err != nil {
 		return bench.Result{}, err
-	}
-	elapsed, drainErr := untilDrained(ctx, pool, o, began)
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); err != nil {
-		return bench.Result{}, fmt.Errorf("%s run: %w", bin, err)
-	}
-	if drainErr != nil {
-		return bench.Result{}, drainErr
 	}
 	ok, err := bench.Verify(ctx, o)
 	if err != nil {
@@ -52,7 +86,7 @@ func runBinary(ctx context.Context, bin string, o bench.Options) (bench.Result, 
 	return bench.Result{
 		Name: "outbox-relay (binary)", Events: o.N, Seconds: elapsed.Seconds(),
 		EventsPerSec: float64(o.N) / elapsed.Seconds(), Mode: "backlog", Verified: ok,
-		Extra: map[string]any{},
+		Replicas: max(o.Replicas, 1), DeliveryMode: bench.DeliveryMode(o.Relay), Extra: map[string]any{},
 	}, nil
 }
 

@@ -8,6 +8,12 @@
 //	DATABASE_URL=… NATS_URL=… go run ./internal/benchcmp -refloop bin/refloop -rounds 5
 //	DATABASE_URL=… NATS_URL=… go run ./internal/benchcmp -refloop bin/refloop -modes -replicas 1,2,4,8 -burst -n 200000
 //
+// With -binary the relays are processes of the shipped binary, with their
+// defaults; -replicas N starts N of them one after another, -stagger apart
+// (make bench-processes):
+//
+//	DATABASE_URL=… NATS_URL=… go run ./internal/benchcmp -refloop bin/refloop -modes -binary bin/outbox-relay -replicas 4 -burst -n 200000
+//
 // With -pin-horizon it runs the pinned-horizon benchmark instead
 // (pinhorizon.go, make bench-pin-horizon), on a PostgreSQL server of its
 // own:
@@ -54,7 +60,8 @@ func main() {
 	producers := flag.Int("producers", 2, "steady mode: producer connections")
 	rowsPerTx := flag.Int("rows-per-tx", 1, "steady mode: rows per producer transaction")
 	archived := flag.Int("archived", 0, "fill the archive with this many rows of history first (compared with the relay on an empty archive, not refloop)")
-	binary := flag.String("binary", "", "backlog mode: measure this outbox-relay binary, run with its defaults, from exec until the table is empty (instead of the in-process benchmark)")
+	binary := flag.String("binary", "", "backlog mode: measure this outbox-relay binary, run with its defaults, from exec until the table is empty (instead of the in-process benchmark); with -replicas N, N processes started -stagger apart")
+	stagger := flag.Duration("stagger", time.Second, "-binary with -replicas: time between the starts of the relay processes, as users start them one after another")
 	chosenKeys := flag.Bool("chosen-keys", false, "give every row an idempotency key of the producer's choosing (looked up and recorded)")
 	notDue := flag.Int("not-due", 0, "add this many rows due in a day (compared with the relay without them, not refloop)")
 	replicas := flag.String("replicas", "1", "relays run at once, or a comma-separated list of counts measured one after the other (1,2,4,8); refloop runs two workers per relay, as each relay has two claim loops")
@@ -159,8 +166,8 @@ func main() {
 		usage("set DATABASE_URL and NATS_URL")
 	case err != nil:
 		usage(err.Error())
-	case *binary != "" && (o.Mode != "backlog" || o.Archived > 0 || o.NotDue > 0 || *partitioned || *modes || slices.Max(counts) > 1):
-		usage("-binary measures one relay's backlog drain with its defaults against refloop only (no -mode steady, -archived, -not-due, -partitioned, -modes or -replicas)")
+	case *binary != "" && (o.Mode != "backlog" || o.Archived > 0 || o.NotDue > 0 || len(counts) > 1):
+		usage("-binary measures relay processes' backlog drain with their defaults (no -mode steady, -archived, -not-due, or a list of -replicas)")
 	case *modes && (*partitioned || o.Archived > 0 || o.NotDue > 0):
 		usage("-modes runs both modes against refloop (no -partitioned, -archived or -not-due)")
 	case o.Keys > 0 && o.Mode != "backlog":
@@ -171,14 +178,14 @@ func main() {
 	}
 	ctx := context.Background()
 	if *modes {
-		err = compareModes(ctx, o, *refloop, counts, *rounds, os.Stdout)
+		err = compareModes(ctx, o, *refloop, *binary, *stagger, counts, *rounds, os.Stdout)
 	}
 	for i := 0; !*modes && i < len(counts) && err == nil; i++ {
 		o.Replicas = counts[i]
 		if len(counts) > 1 {
 			fmt.Fprintf(os.Stdout, "== %d replicas\n", counts[i])
 		}
-		err = compare(ctx, o, *refloop, *binary, *rounds, os.Stdout)
+		err = compare(ctx, o, *refloop, *binary, *stagger, *rounds, os.Stdout)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchcmp:", err)
@@ -208,7 +215,7 @@ func parseCounts(list string) ([]int, error) {
 // run's PostgreSQL CPU is measured over the whole run, inserts included,
 // when the server is local. Ratios from one run are comparable; absolute
 // numbers from different runs are not (the machines are shared and noisy).
-func compare(ctx context.Context, o bench.Options, refloop, binary string, rounds int, w io.Writer) error {
+func compare(ctx context.Context, o bench.Options, refloop, binary string, stagger time.Duration, rounds int, w io.Writer) error {
 	pool, err := pgxpool.New(ctx, o.DatabaseURL)
 	if err != nil {
 		return err
@@ -245,7 +252,7 @@ func compare(ctx context.Context, o bench.Options, refloop, binary string, round
 	for round := 1; round <= rounds; round++ {
 		ours := func() (bench.Result, error) { return runRelay(ctx, o) }
 		if binary != "" {
-			ours = func() (bench.Result, error) { return runBinary(ctx, binary, o) }
+			ours = func() (bench.Result, error) { return runBinary(ctx, binary, o, stagger) }
 		}
 		res, ourCPU, err := measured(ours)
 		if err != nil {

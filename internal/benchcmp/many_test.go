@@ -50,10 +50,19 @@ func TestLabelStatement(t *testing.T) {
 			t.Errorf("%s labelled %q", name, label)
 		}
 	}
-	if got := labelStatement(normalizeStatement(serverForm(`SELECT now(), pg_current_snapshot()::text, pg_current_xact_id()::text,
+	if got := labelStatement(normalizeStatement(serverForm(`SELECT now(), pg_current_snapshot()::text,
+       pg_sequence_last_value('"outbox".messages_id_seq'::regclass),
+       pg_current_xact_id()::text,
+       (SELECT s.seqcache = 1 AND NOT s.seqcycle AND s.seqincrement > 0
+          FROM pg_sequence AS s
+         WHERE s.seqrelid = '"outbox".messages_id_seq'::regclass),
        (SELECT available_at FROM "outbox".messages
          WHERE available_at >= @start::timestamptz
          ORDER BY available_at
+         LIMIT 1),
+       (SELECT id FROM "outbox".messages
+         WHERE id >= @start_id::bigint
+         ORDER BY id
          LIMIT 1)`, "hot"), re), golden); got != "claim floor refresh (floor.go): shared/floor.sql" {
 		t.Errorf("floor labelled %q", got)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/bench"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -25,11 +26,11 @@ type modesCell struct {
 
 // compareModes measures every count of counts (modesRounds) and prints the
 // table of their medians.
-func compareModes(ctx context.Context, o bench.Options, refloop string, counts []int, rounds int, w io.Writer) error {
+func compareModes(ctx context.Context, o bench.Options, refloop, binary string, stagger time.Duration, counts []int, rounds int, w io.Writer) error {
 	cells := make([]modesCell, 0, len(counts))
 	for _, n := range counts {
 		o.Replicas = n
-		cell, err := modesRounds(ctx, o, refloop, rounds, w)
+		cell, err := modesRounds(ctx, o, refloop, binary, stagger, rounds, w)
 		if err != nil {
 			return fmt.Errorf("%d replicas: %w", n, err)
 		}
@@ -41,19 +42,26 @@ func compareModes(ctx context.Context, o bench.Options, refloop string, counts [
 
 // modesRounds runs the relay in unordered and in partitioned mode and
 // refloop, with o.Replicas relays (refloopWorkers workers), rounds times
-// each, and prints each round with its ratios. A run that does not verify
-// ends the comparison.
-func modesRounds(ctx context.Context, o bench.Options, refloop string, rounds int, w io.Writer) (modesCell, error) {
+// each, and prints each round with its ratios. With binary, the relays are
+// that many processes of it started stagger apart (runBinary). A run that
+// does not verify ends the comparison.
+func modesRounds(ctx context.Context, o bench.Options, refloop, binary string, stagger time.Duration, rounds int, w io.Writer) (modesCell, error) {
 	unordered, partitioned := o, o
 	unordered.Relay.Mode, partitioned.Relay.Mode = outbox.ModeUnordered, outbox.ModePartitioned
 	cell := modesCell{replicas: o.Replicas, workers: refloopWorkers(o)}
+	relays := func(o bench.Options) func() (bench.Result, error) {
+		if binary != "" {
+			return func() (bench.Result, error) { return runBinary(ctx, binary, o, stagger) }
+		}
+		return func() (bench.Result, error) { return runRelay(ctx, o) }
+	}
 	contenders := []struct {
 		name    string
 		results *[]bench.Result
 		run     func() (bench.Result, error)
 	}{
-		{"unordered", &cell.unordered, func() (bench.Result, error) { return runRelay(ctx, unordered) }},
-		{"partitioned", &cell.partitioned, func() (bench.Result, error) { return runRelay(ctx, partitioned) }},
+		{"unordered", &cell.unordered, relays(unordered)},
+		{"partitioned", &cell.partitioned, relays(partitioned)},
 		{"refloop", &cell.refloop, func() (bench.Result, error) { return runRefloop(ctx, refloop, o) }},
 	}
 	for round := 1; round <= rounds; round++ {
