@@ -66,11 +66,12 @@ import (
 // the latest refresh whose mark is below theirs), with the same patience
 // and the same going back when an old one ends. A sequence that hands out
 // cached values (CACHE above 1) or cycles breaks the rule: the id floor
-// then stays at the smallest bigint. A row of an old transaction that
-// commits after the id floor passed it waits until the next refresh, up to
-// floorEvery, before lookups of its key see it; newer rows of its key
-// claimed in the meantime go first, as rows inserted concurrently for the
-// same key may (docs/guarantees.md, "How producers must write").
+// then stays at the smallest bigint. A transaction in progress for longer
+// than floorPatience does not hold the id floor back either; until the next
+// refresh sends the floor back to its ids, claims pass its id as one the
+// floor passed (passedWriters), and a claim whose snapshot sees it ended
+// looks its keys up from the smallest id (idFloor in sql_buckets.go): a row
+// it committed is never overtaken by a later row of its key.
 //
 // Refreshes run in a loop of their own (floorLoop), every floorEvery while
 // claims find rows and every floorIdleEvery otherwise, or once every
@@ -117,6 +118,10 @@ type claimFloor struct {
 	seen map[uint64]txSince
 	// busy is set when a claim found rows since the last refresh.
 	busy bool
+	// passed holds the transactions in progress at the last refresh that
+	// did not hold the floors back (older than floorPatience, or older
+	// than the first refresh), as text: claims check whether they ended.
+	passed []string
 }
 
 // newFloor returns a claim floor before its first refresh.
@@ -214,15 +219,23 @@ func (f *claimFloor) current() pgtype.Timestamptz {
 	return pgtype.Timestamptz{Time: f.at, Valid: true}
 }
 
-// currentID returns the id floor the lookups of a key's rows start from:
-// the smallest bigint before the first refresh.
-func (f *claimFloor) currentID() int64 {
+// currentID returns the id floor the lookups of a key's rows start from
+// (the smallest bigint before the first refresh) and the transactions it
+// passed while they were in progress (passed).
+func (f *claimFloor) currentID() (int64, []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.known {
-		return math.MinInt64
+		return math.MinInt64, []string{}
 	}
-	return f.id
+	return f.id, f.passed
+}
+
+// idFloorArgs adds to args what ofKey's lookups take: the id floor and the
+// transactions it passed (idFloor), and returns args.
+func (r *Relay) idFloorArgs(args pgx.StrictNamedArgs) pgx.StrictNamedArgs {
+	args["id_floor"], args["passed_writers"] = r.floor.currentID()
+	return args
 }
 
 // found records that a claim found rows: refreshes come sooner.
@@ -300,7 +313,9 @@ func (f *claimFloor) advance(now time.Time, from txSince, fromKnown bool, rd flo
 		}
 	}
 	// Transactions in progress now, listed: young ones hold the floor
-	// back; an old one (any time is old) sends it back when it ends.
+	// back; an old one (any time is old) sends it back when it ends, and
+	// until then claims check whether it did.
+	passed := []string{}
 	for x := range inProgress {
 		since, ok := f.seen[x]
 		if !ok {
@@ -309,8 +324,11 @@ func (f *claimFloor) advance(now time.Time, from txSince, fromKnown bool, rd flo
 		}
 		if rd.start.Sub(since.at) < floorPatience {
 			lower(since)
+		} else {
+			passed = append(passed, strconv.FormatUint(x, 10))
 		}
 	}
+	f.passed = passed
 	f.at, f.id, f.known = floor.at, floor.id, true
 	f.marks = append(f.marks, floorMark{start: rd.start, mark: rd.mark, next: rd.next})
 	if len(f.marks) > 2 {

@@ -93,13 +93,13 @@ func TestClaimFloor_AdvanceIDs(t *testing.T) {
 	step := func(name string, fromKnown bool, rd floorRead, want int64) {
 		t.Helper()
 		f.advance(rd.start, txSince{at: f.at, id: f.id}, fromKnown, rd)
-		if got := f.currentID(); got != want {
+		if got, _ := f.currentID(); got != want {
 			t.Errorf("%s: id floor = %d, want %d", name, got, want)
 		}
 	}
 	snap := func(xip ...uint64) pgSnapshot { return pgSnapshot{xmin: 1, xmax: 1000, xip: xip} }
 
-	if got := f.currentID(); got != math.MinInt64 {
+	if got, _ := f.currentID(); got != math.MinInt64 {
 		t.Errorf("before the first refresh: id floor = %d, want the smallest bigint", got)
 	}
 	// The first refresh knows nothing of the transactions in progress.
@@ -115,10 +115,16 @@ func TestClaimFloor_AdvanceIDs(t *testing.T) {
 	step("450 young", true, floorRead{start: at(500), snapshot: snap(450), mark: 600, next: 1000}, 800)
 	p := int(floorPatience / time.Millisecond)
 	step("450 old", true, floorRead{start: at(500 + p), snapshot: snap(450), mark: 700, next: 1100}, 1000)
+	if _, passed := f.currentID(); len(passed) != 1 || passed[0] != "450" {
+		t.Errorf("450 old: passed = %v, want [450]: claims must check whether it ended", passed)
+	}
 	step("450 older", true, floorRead{start: at(600 + p), snapshot: snap(450), mark: 800, next: 1200}, 1100)
 	// When it ends, the floor goes back to its ids, once.
 	step("450 ended", true, floorRead{start: at(700 + p), snapshot: snap(), mark: 900, next: 1300, oldestID: id(1250)}, 800)
 	step("after", true, floorRead{start: at(800 + p), snapshot: snap(), mark: 950, next: 1400}, 1300)
+	if _, passed := f.currentID(); len(passed) != 0 {
+		t.Errorf("after 450 ended: passed = %v, want none", passed)
+	}
 	// A sequence that cannot tell (cached, cycling) gives no bound.
 	step("cached sequence", true, floorRead{start: at(900 + p), snapshot: snap(), mark: 960, next: math.MinInt64, oldestID: id(1350)}, 1350)
 	step("cached sequence, then", true, floorRead{start: at(1000 + p), snapshot: snap(), mark: 970, next: 1500}, math.MinInt64)

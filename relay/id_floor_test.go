@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -54,14 +55,15 @@ func TestKeyLookups_StartAtTheIDFloor(t *testing.T) {
 				t.Fatal(err)
 			}
 			deadline := time.Now().Add(10 * time.Second)
-			for r.floor.currentID() == math.MinInt64 && time.Now().Before(deadline) {
+			idFloor := func() int64 { id, _ := r.floor.currentID(); return id }
+			for idFloor() == math.MinInt64 && time.Now().Before(deadline) {
 				r.floor.found()
 				if err := r.refreshFloor(ctx); err != nil {
 					t.Fatal(err)
 				}
 				time.Sleep(floorEvery + 10*time.Millisecond)
 			}
-			if id := r.floor.currentID(); id <= delivered || id > oldest {
+			if id := idFloor(); id <= delivered || id > oldest {
 				t.Fatalf("id floor = %d, want above the delivered rows (%d) and at most the oldest pending row (%d)", id, delivered, oldest)
 			}
 
@@ -97,7 +99,7 @@ func TestKeyLookups_StartAtTheIDFloor(t *testing.T) {
 				after = readClaimStats(t, tx, r)
 				return after.entries - before.entries
 			}
-			fromFloor, fromSmallest := claimEntries(r.floor.currentID()), claimEntries(math.MinInt64)
+			fromFloor, fromSmallest := claimEntries(idFloor()), claimEntries(math.MinInt64)
 			t.Logf("claim index entries: %d from the id floor, %d from the smallest id", fromFloor, fromSmallest)
 			if fromSmallest < 3000 {
 				t.Fatalf("from the smallest id the claim read %d index entries: the dead entries are not on its path, the test proves nothing", fromSmallest)
@@ -117,4 +119,87 @@ func readClaimStats(t *testing.T, tx pgx.Tx, r *Relay) claimStats {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestKeyLookups_AWriterTheIDFloorPassedIsNotOvertaken: a writer open for
+// longer than the floor's patience, which the id floor passed, commits its
+// row of key k; then a producer writes a later row of k. Before the next
+// refresh sends the floor back, a claim sees the writer ended (it is among
+// the transactions the floor passed) and looks k up from the smallest id:
+// it takes the writer's row, or holds k back, never the later row first.
+func TestKeyLookups_AWriterTheIDFloorPassedIsNotOvertaken(t *testing.T) {
+	for _, mode := range []outbox.Mode{outbox.ModePartitioned, outbox.ModeOrdered} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := dbtest.New(t)
+			db.SetMode(t, mode)
+			writer := db.Conn(t)
+			tx, err := writer.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var first int64
+			var xid string
+			if err := tx.QueryRow(ctx, "INSERT INTO "+db.Table("messages")+" (topic, payload, key) VALUES ('events.a', 'first', 'k') RETURNING id, pg_current_xact_id()::text").Scan(&first, &xid); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var floor time.Time
+			if err := db.Pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&floor); err != nil {
+				t.Fatal(err)
+			}
+			var later int64
+			if err := db.Pool.QueryRow(ctx, "INSERT INTO "+db.Table("messages")+" (topic, payload, key) VALUES ('events.a', 'later', 'k') RETURNING id").Scan(&later); err != nil {
+				t.Fatal(err)
+			}
+			r, err := New(db.Pool, Config{Schema: db.Name, Mode: mode, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The last refresh ran while the writer was open and old: both
+			// floors passed its row.
+			r.floor.at, r.floor.id, r.floor.known, r.floor.passed = floor, first+1, true, []string{xid}
+
+			claimed := func(passed []string) []int64 {
+				t.Helper()
+				r.floor.passed = passed
+				ptx := planTx(t, db)
+				defer func() { _ = ptx.Rollback(ctx) }()
+				var claim string
+				var args pgx.StrictNamedArgs
+				switch m := r.mode.(type) {
+				case *partitioned:
+					claim, _, args, _ = lookupStatements(t, ptx, db, r)
+				case *ordered:
+					claim, args = m.claimLanes, m.lanesClaimArgs(claimRequest{limit: 100, bytes: 1 << 30, closed: []string{}})
+				}
+				rows, err := ptx.Query(ctx, claim, args)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ids []int64
+				for rows.Next() {
+					if v, _ := rows.Values(); v[0] != nil {
+						ids = append(ids, v[0].(int64))
+					}
+				}
+				if rows.Close(); rows.Err() != nil {
+					t.Fatal(rows.Err())
+				}
+				return ids
+			}
+			if ids := claimed([]string{xid}); slices.Contains(ids, later) || (mode == outbox.ModeOrdered && !slices.Contains(ids, first)) {
+				t.Errorf("the claim took %v: the writer's row is %d, the later row %d", ids, first, later)
+			}
+			// Without the writer among those the floor passed, the lookup
+			// starts above its row: the later row goes first. (What the
+			// check above guards against.)
+			if ids := claimed([]string{}); !slices.Contains(ids, later) {
+				t.Errorf("from the id floor alone the claim took %v, want the later row %d: the test proves nothing", ids, later)
+			}
+		})
+	}
 }

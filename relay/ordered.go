@@ -65,7 +65,7 @@ func (m *ordered) lanesClaimArgs(req claimRequest) pgx.StrictNamedArgs {
 	args := m.r.claimArgs(req)
 	args["recheck"] = laneRecheck
 	delete(args, "floor") // lanes have their own due index
-	args["id_floor"] = m.r.floor.currentID()
+	m.r.idFloorArgs(args)
 	return args
 }
 
@@ -152,7 +152,7 @@ func (m *ordered) repair(ctx context.Context) {
 // oldest due times, and sets the blocked keys and the rows waiting on their
 // key.
 func (m *ordered) countDue(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) (bool, error) {
-	rows, err := m.r.pool.Query(ctx, m.backlog, pgx.StrictNamedArgs{"default_sink": m.r.cfg.DefaultSink, "cap": gaugeCountCap, "id_floor": m.r.floor.currentID()})
+	rows, err := m.r.pool.Query(ctx, m.backlog, m.r.idFloorArgs(pgx.StrictNamedArgs{"default_sink": m.r.cfg.DefaultSink, "cap": gaugeCountCap}))
 	if err != nil {
 		return true, fmt.Errorf("query backlog: %w", err)
 	}
@@ -166,7 +166,7 @@ func (m *ordered) countDue(ctx context.Context, add func(sink string, due int64,
 		return true, fmt.Errorf("query backlog: %w", err)
 	}
 	var blocked, waiting int64
-	err = m.r.pool.QueryRow(ctx, m.blocked, pgx.StrictNamedArgs{"lanes_cap": blockedKeysCap, "cap": gaugeCountCap, "id_floor": m.r.floor.currentID()}).Scan(&blocked, &waiting)
+	err = m.r.pool.QueryRow(ctx, m.blocked, m.r.idFloorArgs(pgx.StrictNamedArgs{"lanes_cap": blockedKeysCap, "cap": gaugeCountCap})).Scan(&blocked, &waiting)
 	if err != nil {
 		return true, fmt.Errorf("count blocked keys: %w", err)
 	}

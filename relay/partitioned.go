@@ -98,7 +98,7 @@ func (m *partitioned) eagerPause() time.Duration {
 func (m *partitioned) bucketsClaimArgs(req claimRequest, buckets []int32, epochs []int64, shares []int32) pgx.StrictNamedArgs {
 	args := m.r.claimArgs(req)
 	args["buckets"], args["epochs"], args["shares"] = buckets, epochs, shares
-	args["id_floor"] = m.r.floor.currentID()
+	m.r.idFloorArgs(args)
 	return args
 }
 

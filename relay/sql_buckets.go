@@ -80,8 +80,19 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 // (each lookup walked all of them). status's blocked keys (relay/admin)
 // state the same from the smallest bigint.
 func ofKey(m, key string) string {
-	return m + `.key IS NOT NULL AND (` + m + `.key, ` + m + `.id) >= (` + key + `, @id_floor::bigint) AND (` + m + `.key, ` + m + `.id) <= (` + key + `, 9223372036854775807)`
+	return m + `.key IS NOT NULL AND (` + m + `.key, ` + m + `.id) >= (` + key + `, ` + idFloor + `) AND (` + m + `.key, ` + m + `.id) <= (` + key + `, 9223372036854775807)`
 }
+
+// idFloor is the id ofKey's lookups start from: the id floor (@id_floor),
+// or the smallest bigint when one of the transactions the floor passed
+// while they were in progress (@passed_writers, floor.go) has ended as this
+// statement's snapshot sees it. Until the next refresh sends the floor back,
+// the rows it committed may lie below the floor, and a later row of their
+// key, written after that commit, must not go first. Computed once per
+// statement.
+const idFloor = `(CASE WHEN EXISTS (SELECT 1 FROM unnest(@passed_writers::text[]::xid8[]) AS w
+                                     WHERE pg_visible_in_snapshot(w, pg_current_snapshot()))
+                  THEN -9223372036854775808 ELSE @id_floor::bigint END)`
 
 // bucketOwned is the owned buckets of queryBucketsClaim with the most rows
 // each may give, checked pair by pair against the buckets table.

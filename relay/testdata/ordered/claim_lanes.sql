@@ -12,7 +12,9 @@ WITH due_lanes AS MATERIALIZED (
       LEFT JOIN LATERAL (
            SELECT m.id, m.available_at, m.leased_until, m.destination
              FROM "outbox".messages AS m
-            WHERE m.key IS NOT NULL AND (m.key, m.id) >= (d.key, @id_floor::bigint) AND (m.key, m.id) <= (d.key, 9223372036854775807)
+            WHERE m.key IS NOT NULL AND (m.key, m.id) >= (d.key, (CASE WHEN EXISTS (SELECT 1 FROM unnest(@passed_writers::text[]::xid8[]) AS w
+                                     WHERE pg_visible_in_snapshot(w, pg_current_snapshot()))
+                  THEN -9223372036854775808 ELSE @id_floor::bigint END)) AND (m.key, m.id) <= (d.key, 9223372036854775807)
             ORDER BY m.key, m.id
             LIMIT 1
       ) AS h ON true

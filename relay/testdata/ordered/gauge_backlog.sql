@@ -7,7 +7,9 @@ WITH unkeyed AS (
     SELECT h.destination, h.available_at
       FROM (SELECT key FROM "outbox".lanes WHERE available_at <= now() LIMIT @cap) AS l,
            LATERAL (SELECT m.destination, m.available_at, m.leased_until FROM "outbox".messages AS m
-                     WHERE m.key IS NOT NULL AND (m.key, m.id) >= (l.key, @id_floor::bigint) AND (m.key, m.id) <= (l.key, 9223372036854775807) ORDER BY m.key, m.id LIMIT 1) AS h
+                     WHERE m.key IS NOT NULL AND (m.key, m.id) >= (l.key, (CASE WHEN EXISTS (SELECT 1 FROM unnest(@passed_writers::text[]::xid8[]) AS w
+                                     WHERE pg_visible_in_snapshot(w, pg_current_snapshot()))
+                  THEN -9223372036854775808 ELSE @id_floor::bigint END)) AND (m.key, m.id) <= (l.key, 9223372036854775807) ORDER BY m.key, m.id LIMIT 1) AS h
      WHERE h.available_at <= now() AND (h.leased_until IS NULL OR h.leased_until <= now())
 )
 SELECT coalesce(destination, @default_sink), count(*), min(available_at)

@@ -28,7 +28,9 @@ WITH owned AS MATERIALIZED (
 ), outside AS MATERIALIZED (
     SELECT k.key,
            (SELECT o.id FROM "outbox".messages AS o
-             WHERE o.key IS NOT NULL AND (o.key, o.id) >= (k.key, @id_floor::bigint) AND (o.key, o.id) <= (k.key, 9223372036854775807) AND o.id <> ALL (k.ids)
+             WHERE o.key IS NOT NULL AND (o.key, o.id) >= (k.key, (CASE WHEN EXISTS (SELECT 1 FROM unnest(@passed_writers::text[]::xid8[]) AS w
+                                     WHERE pg_visible_in_snapshot(w, pg_current_snapshot()))
+                  THEN -9223372036854775808 ELSE @id_floor::bigint END)) AND (o.key, o.id) <= (k.key, 9223372036854775807) AND o.id <> ALL (k.ids)
              ORDER BY o.key, o.id LIMIT 1) AS oldest
       FROM (SELECT key, array_agg(id) AS ids FROM fits WHERE key IS NOT NULL GROUP BY key) AS k
 ), kept AS MATERIALIZED (

@@ -24,7 +24,9 @@ WITH owned AS MATERIALIZED (
         SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
           FROM "outbox".messages AS m
          WHERE m.id = ANY (ARRAY(
-               SELECT (SELECT h.id FROM "outbox".messages AS h WHERE h.key IS NOT NULL AND (h.key, h.id) >= (k.key, @id_floor::bigint) AND (h.key, h.id) <= (k.key, 9223372036854775807) ORDER BY h.key, h.id LIMIT 1)
+               SELECT (SELECT h.id FROM "outbox".messages AS h WHERE h.key IS NOT NULL AND (h.key, h.id) >= (k.key, (CASE WHEN EXISTS (SELECT 1 FROM unnest(@passed_writers::text[]::xid8[]) AS w
+                                     WHERE pg_visible_in_snapshot(w, pg_current_snapshot()))
+                  THEN -9223372036854775808 ELSE @id_floor::bigint END)) AND (h.key, h.id) <= (k.key, 9223372036854775807) ORDER BY h.key, h.id LIMIT 1)
                  FROM unnest(@held_keys::text[]) AS k(key)))
            AND "outbox".messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM owned))
            AND (m.id, m.available_at) <= (m.id, now())
@@ -41,7 +43,9 @@ WITH owned AS MATERIALIZED (
 ), outside AS MATERIALIZED (
     SELECT k.key,
            (SELECT o.id FROM "outbox".messages AS o
-             WHERE o.key IS NOT NULL AND (o.key, o.id) >= (k.key, @id_floor::bigint) AND (o.key, o.id) <= (k.key, 9223372036854775807) AND o.id <> ALL (k.ids)
+             WHERE o.key IS NOT NULL AND (o.key, o.id) >= (k.key, (CASE WHEN EXISTS (SELECT 1 FROM unnest(@passed_writers::text[]::xid8[]) AS w
+                                     WHERE pg_visible_in_snapshot(w, pg_current_snapshot()))
+                  THEN -9223372036854775808 ELSE @id_floor::bigint END)) AND (o.key, o.id) <= (k.key, 9223372036854775807) AND o.id <> ALL (k.ids)
              ORDER BY o.key, o.id LIMIT 1) AS oldest
       FROM (SELECT key, array_agg(id) AS ids FROM fits WHERE key IS NOT NULL GROUP BY key) AS k
 ), kept AS MATERIALIZED (
