@@ -279,19 +279,21 @@ func (f *claimFloor) advance(now time.Time, from txSince, fromKnown bool, rd flo
 	if len(f.marks) > 0 {
 		floor = txSince{at: f.marks[len(f.marks)-1].start, id: f.marks[len(f.marks)-1].next}
 	}
-	lower := func(t txSince) {
-		if t.at.Before(floor.at) {
-			floor.at = t.at
+	lowerAt := func(t time.Time) {
+		if t.Before(floor.at) {
+			floor.at = t
 		}
-		if t.id < floor.id {
-			floor.id = t.id
+	}
+	lowerID := func(id int64) {
+		if id < floor.id {
+			floor.id = id
 		}
 	}
 	if rd.oldest != nil {
-		lower(txSince{at: *rd.oldest, id: floor.id})
+		lowerAt(*rd.oldest)
 	}
 	if rd.oldestID != nil {
-		lower(txSince{at: floor.at, id: *rd.oldestID})
+		lowerID(*rd.oldestID)
 	}
 	inProgress := make(map[uint64]bool, len(rd.snapshot.xip))
 	for _, x := range rd.snapshot.xip {
@@ -304,10 +306,10 @@ func (f *claimFloor) advance(now time.Time, from txSince, fromKnown bool, rd flo
 	for x, since := range f.seen {
 		if !inProgress[x] {
 			if fromKnown && since.at.Before(from.at) {
-				lower(txSince{at: since.at, id: floor.id})
+				lowerAt(since.at)
 			}
 			if fromKnown && since.id < from.id {
-				lower(txSince{at: floor.at, id: since.id})
+				lowerID(since.id)
 			}
 			delete(f.seen, x)
 		}
@@ -323,7 +325,8 @@ func (f *claimFloor) advance(now time.Time, from txSince, fromKnown bool, rd flo
 			f.seen[x] = since
 		}
 		if rd.start.Sub(since.at) < floorPatience {
-			lower(since)
+			lowerAt(since.at)
+			lowerID(since.id)
 		} else {
 			passed = append(passed, strconv.FormatUint(x, 10))
 		}

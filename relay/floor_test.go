@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 // TestFloor_RowsOfLateCommittersAreDelivered runs, in each mode, writers
@@ -31,20 +32,6 @@ func TestFloor_RowsOfLateCommittersAreDelivered(t *testing.T) {
 			cfg := b.config(t)
 			cfg.Mode = mode
 			ctx := context.Background()
-
-			// A session that holds its snapshot from before the relay
-			// starts: nothing the relay deletes can be removed.
-			pin := b.db.Conn(t)
-			pinTx, err := pin.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = pinTx.Rollback(ctx) }()
-			if _, err := pinTx.Exec(ctx, "SELECT count(*) FROM "+b.db.Table("messages")); err != nil {
-				t.Fatal(err)
-			}
-			start(t, b, cfg)
-
 			insert := func(tx pgx.Tx, who string, i int) {
 				t.Helper()
 				key := any(nil)
@@ -56,63 +43,9 @@ func TestFloor_RowsOfLateCommittersAreDelivered(t *testing.T) {
 					t.Error(err)
 				}
 			}
-			// The long writer inserts first, then waits.
-			long := b.db.Conn(t)
-			longTx, err := long.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range 4 {
-				insert(longTx, "long", i)
-			}
-
-			const steady, late = 600, 24
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() { // a producer committing a row every 5 ms
-				defer wg.Done()
-				for i := range steady {
-					tx, err := b.db.Pool.Begin(ctx)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					insert(tx, "steady", i)
-					if err := tx.Commit(ctx); err != nil {
-						t.Error(err)
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
-			}()
-			for w := range late { // writers that commit 0 to 2.4 s after their insert
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					time.Sleep(time.Duration(w) * 50 * time.Millisecond)
-					tx, err := b.db.Pool.Begin(ctx)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					insert(tx, "late", w)
-					time.Sleep(time.Duration(rand.IntN(2400)) * time.Millisecond)
-					if err := tx.Commit(ctx); err != nil {
-						t.Error(err)
-					}
-				}()
-			}
-			// The floor passes the long writer's rows while it is open:
-			// it lags the refreshes by less than the writer's age.
-			time.Sleep(2 * time.Second)
-			waitfor.Condition(t, 10*time.Second, "the floor to pass the long writer's rows", func() bool {
-				return testutil.ToFloat64(cfg.Metrics.ClaimFloorLag) < 1
-			})
-			time.Sleep(time.Second)
-			if err := longTx.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-			wg.Wait()
-			want := steady + late + 4
+			w := lateWriters{long: 4, steady: 600, late: 24, every: 50 * time.Millisecond}
+			w.run(t, b, cfg, insert)
+			want := w.rows()
 			deadline := time.Now().Add(30 * time.Second)
 			for b.db.Count(t, "archive") != want && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)
@@ -150,17 +83,6 @@ func TestFloor_LateCommittersOfAKeyLoseNothing(t *testing.T) {
 			cfg := b.config(t)
 			set(&cfg)
 			ctx := context.Background()
-			pin := b.db.Conn(t)
-			pinTx, err := pin.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = pinTx.Rollback(ctx) }()
-			if _, err := pinTx.Exec(ctx, "SELECT count(*) FROM "+b.db.Table("messages")); err != nil {
-				t.Fatal(err)
-			}
-			start(t, b, cfg)
-
 			insert := func(tx pgx.Tx, who string, i int) {
 				t.Helper()
 				if _, err := tx.Exec(ctx, "INSERT INTO "+b.db.Table("messages")+" (topic, payload, key, idempotency_key) VALUES ($1, $2, 'shared', $3)",
@@ -168,59 +90,9 @@ func TestFloor_LateCommittersOfAKeyLoseNothing(t *testing.T) {
 					t.Error(err)
 				}
 			}
-			long := b.db.Conn(t)
-			longTx, err := long.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range 3 {
-				insert(longTx, "long", i)
-			}
-			const steady, late = 400, 16
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range steady {
-					tx, err := b.db.Pool.Begin(ctx)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					insert(tx, "steady", i)
-					if err := tx.Commit(ctx); err != nil {
-						t.Error(err)
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
-			}()
-			for w := range late {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					time.Sleep(time.Duration(w) * 60 * time.Millisecond)
-					tx, err := b.db.Pool.Begin(ctx)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					insert(tx, "late", w)
-					time.Sleep(time.Duration(rand.IntN(2400)) * time.Millisecond)
-					if err := tx.Commit(ctx); err != nil {
-						t.Error(err)
-					}
-				}()
-			}
-			time.Sleep(2 * time.Second)
-			waitfor.Condition(t, 10*time.Second, "the floor to pass the long writer's rows", func() bool {
-				return testutil.ToFloat64(cfg.Metrics.ClaimFloorLag) < 1
-			})
-			time.Sleep(time.Second)
-			if err := longTx.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-			wg.Wait()
-			want := steady + late + 3
+			w := lateWriters{long: 3, steady: 400, late: 16, every: 60 * time.Millisecond}
+			w.run(t, b, cfg, insert)
+			want := w.rows()
 			relaytest.WaitDrained(t, b.db, 30*time.Second)
 			if n := b.db.Count(t, "archive"); n != want {
 				t.Fatalf("archive holds %d rows, want %d", n, want)
@@ -237,9 +109,93 @@ func TestFloor_LateCommittersOfAKeyLoseNothing(t *testing.T) {
 				}
 				next = max(next, i+1)
 			}
-			if next != steady {
-				t.Errorf("saw steady rows up to %d, want %d", next, steady)
+			if next != w.steady {
+				t.Errorf("saw steady rows up to %d, want %d", next, w.steady)
 			}
 		})
 	}
+}
+
+// lateWriters is the workload of the late-committer tests: a session that
+// pins the horizon from before the relay starts (until the test ends), a
+// long writer that inserts its rows first and commits a second after the
+// claim floor passed them (its lag under a second), a producer committing
+// one row every 5 ms, and late writers, started every apart, that commit
+// 0 to 2.4 s after their insert.
+type lateWriters struct {
+	long, steady, late int
+	every              time.Duration
+}
+
+// rows returns how many rows w writes.
+func (w lateWriters) rows() int { return w.long + w.steady + w.late }
+
+// run starts cfg's relay on b under the pin, runs w with insert writing
+// each row (who: long, steady or late; i: its number) and returns once
+// every writer committed.
+func (w lateWriters) run(t *testing.T, b *bundle, cfg relay.Config, insert func(tx pgx.Tx, who string, i int)) {
+	t.Helper()
+	ctx := context.Background()
+	// A session that holds its snapshot from before the relay starts:
+	// nothing the relay deletes can be removed.
+	pin := b.db.Conn(t)
+	pinTx, err := pin.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pinTx.Rollback(ctx) })
+	if _, err := pinTx.Exec(ctx, "SELECT count(*) FROM "+b.db.Table("messages")); err != nil {
+		t.Fatal(err)
+	}
+	start(t, b, cfg)
+
+	long := b.db.Conn(t)
+	longTx, err := long.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range w.long {
+		insert(longTx, "long", i)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range w.steady {
+			tx, err := b.db.Pool.Begin(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			insert(tx, "steady", i)
+			if err := tx.Commit(ctx); err != nil {
+				t.Error(err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	for l := range w.late {
+		wg.Go(func() {
+			time.Sleep(time.Duration(l) * w.every)
+			tx, err := b.db.Pool.Begin(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			insert(tx, "late", l)
+			time.Sleep(time.Duration(rand.IntN(2400)) * time.Millisecond)
+			if err := tx.Commit(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	// The floor passes the long writer's rows while it is open: it lags
+	// the refreshes by less than the writer's age.
+	time.Sleep(2 * time.Second)
+	waitfor.Condition(t, 10*time.Second, "the floor to pass the long writer's rows", func() bool {
+		return testutil.ToFloat64(cfg.Metrics.ClaimFloorLag) < 1
+	})
+	time.Sleep(time.Second)
+	if err := longTx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
 }

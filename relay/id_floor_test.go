@@ -32,13 +32,7 @@ func TestKeyLookups_StartAtTheIDFloor(t *testing.T) {
 			ctx := context.Background()
 			db := dbtest.New(t)
 			db.SetMode(t, mode)
-			pin := db.Conn(t)
-			if _, err := pin.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := pin.Exec(ctx, "SELECT 1"); err != nil {
-				t.Fatal(err)
-			}
+			pinHorizon(t, db)
 			db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' FROM generate_series(1, 3000)`)
 			var delivered int64
 			if err := db.Pool.QueryRow(ctx, "WITH d AS (DELETE FROM "+db.Table("messages")+" RETURNING id) SELECT max(id) FROM d").Scan(&delivered); err != nil {
@@ -81,22 +75,11 @@ func TestKeyLookups_StartAtTheIDFloor(t *testing.T) {
 					claim, args = m.claimLanes, m.lanesClaimArgs(req)
 				}
 				args["id_floor"] = idFloor
-				before, after := readClaimStats(t, tx, r), claimStats{}
-				rows, err := tx.Query(ctx, claim, args)
-				if err != nil {
-					t.Fatal(err)
-				}
-				n := 0
-				for rows.Next() {
-					n++
-				}
-				if rows.Close(); rows.Err() != nil {
-					t.Fatal(rows.Err())
-				}
-				if n == 0 {
+				before := readClaimStats(t, tx, r)
+				if len(claimedIDs(t, tx, claim, args)) == 0 {
 					t.Fatal("the claim took no row")
 				}
-				after = readClaimStats(t, tx, r)
+				after := readClaimStats(t, tx, r)
 				return after.entries - before.entries
 			}
 			fromFloor, fromSmallest := claimEntries(idFloor()), claimEntries(math.MinInt64)
@@ -176,20 +159,7 @@ func TestKeyLookups_AWriterTheIDFloorPassedIsNotOvertaken(t *testing.T) {
 				case *ordered:
 					claim, args = m.claimLanes, m.lanesClaimArgs(claimRequest{limit: 100, bytes: 1 << 30, closed: []string{}})
 				}
-				rows, err := ptx.Query(ctx, claim, args)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var ids []int64
-				for rows.Next() {
-					if v, _ := rows.Values(); v[0] != nil {
-						ids = append(ids, v[0].(int64))
-					}
-				}
-				if rows.Close(); rows.Err() != nil {
-					t.Fatal(rows.Err())
-				}
-				return ids
+				return claimedIDs(t, ptx, claim, args)
 			}
 			if ids := claimed([]string{xid}); slices.Contains(ids, later) || (mode == outbox.ModeOrdered && !slices.Contains(ids, first)) {
 				t.Errorf("the claim took %v: the writer's row is %d, the later row %d", ids, first, later)

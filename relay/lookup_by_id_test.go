@@ -201,13 +201,7 @@ func TestBucketWalk_StartsAtTheFloor(t *testing.T) {
 	ctx := context.Background()
 	db := dbtest.New(t)
 	db.SetMode(t, outbox.ModePartitioned)
-	pin := db.Conn(t)
-	if _, err := pin.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pin.Exec(ctx, "SELECT 1"); err != nil {
-		t.Fatal(err)
-	}
+	pinHorizon(t, db)
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 1000) FROM generate_series(1, 200000) AS i`)
 	db.Exec(t, `DELETE FROM %s.messages`)
 	var floor time.Time
@@ -235,17 +229,7 @@ func TestBucketWalk_StartsAtTheFloor(t *testing.T) {
 		t.Fatal(err)
 	}
 	read(&before)
-	rows, err := tx.Query(ctx, claim, claimArgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for rows.Next() {
-		n++
-	}
-	if rows.Close(); rows.Err() != nil {
-		t.Fatal(rows.Err())
-	}
+	n := len(claimedIDs(t, tx, claim, claimArgs))
 	read(&after)
 	t.Logf("the claim took %d rows and read %d pages of the bucket index (%d pages)", n, after-before, pages)
 	if n != 100 {
@@ -265,14 +249,7 @@ func staleStatistics(t *testing.T, mode outbox.Mode) (*dbtest.Schema, *Relay) {
 	ctx := context.Background()
 	db := dbtest.New(t)
 	db.SetMode(t, mode)
-	pin := db.Conn(t)
-	if _, err := pin.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
-		t.Fatal(err)
-	}
-	// Its snapshot, without a lock on the table.
-	if _, err := pin.Exec(ctx, "SELECT 1"); err != nil {
-		t.Fatal(err)
-	}
+	pinHorizon(t, db)
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload) SELECT 'events.a', 'x' FROM generate_series(1, 3000)`)
 	db.Exec(t, `DELETE FROM %s.messages`)
 	var floor time.Time
@@ -316,6 +293,41 @@ func lookupStatements(t *testing.T, tx pgx.Tx, db *dbtest.Schema, r *Relay) (cla
 	}
 	t.Fatalf("no statements for mode %T", r.mode)
 	return "", "", nil, nil
+}
+
+// pinHorizon opens a session on db that holds a REPEATABLE READ snapshot,
+// without a lock on any table, until the test ends: nothing deleted from
+// then on can be removed.
+func pinHorizon(t *testing.T, db *dbtest.Schema) {
+	t.Helper()
+	ctx := context.Background()
+	pin := db.Conn(t)
+	if _, err := pin.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pin.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// claimedIDs runs the claim statement claim with args in tx and returns
+// the ids of the rows it leased (not its rows of held or empty keys).
+func claimedIDs(t *testing.T, tx pgx.Tx, claim string, args pgx.StrictNamedArgs) []int64 {
+	t.Helper()
+	rows, err := tx.Query(context.Background(), claim, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for rows.Next() {
+		if v, _ := rows.Values(); v[0] != nil {
+			ids = append(ids, v[0].(int64))
+		}
+	}
+	if rows.Close(); rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	return ids
 }
 
 // planTx begins a transaction on db's pool for a plan test, rolled back

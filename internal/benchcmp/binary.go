@@ -47,11 +47,13 @@ func runBinary(ctx context.Context, bin string, o bench.Options, stagger time.Du
 	began := time.Now()
 	drained := make(chan error, 1)
 	var elapsed time.Duration
+starting:
 	for i := range max(o.Replicas, 1) {
 		if i > 0 {
 			select {
-			case err := <-drained:
+			case err := <-drained: // drained before every relay started
 				drained <- err
+				break starting
 			case <-time.After(stagger):
 			}
 		}
