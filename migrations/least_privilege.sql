@@ -35,10 +35,9 @@ BEGIN;
 -- columns, id and created_at are the database's: the insert guard sets them
 -- whatever an insert writes, and this grant refuses them outright; the
 -- REVOKE takes back the whole-table grant of earlier versions). The insert
--- guard, which takes the id from the sequence, and the triggers that open
--- ordered-mode lanes and send the RELAY_NOTIFY wake-up are SECURITY
--- DEFINER: producers need no grant on the sequence, the lanes or the
--- relays. INSERT … ON CONFLICT (idempotency_key) DO NOTHING reads the key's
+-- guard, which takes the id from the sequence, and the trigger that sends
+-- the RELAY_NOTIFY wake-up are SECURITY DEFINER: producers need no grant on
+-- the sequence or the relays. INSERT … ON CONFLICT (idempotency_key) DO NOTHING reads the key's
 -- column, hence SELECT on that one column (add id to it for INSERT …
 -- RETURNING id).
 GRANT USAGE ON SCHEMA :"schema" TO :"producer";
@@ -50,8 +49,8 @@ GRANT SELECT (idempotency_key) ON :"schema".messages TO :"producer";
 -- The relay, run with RELAY_MIGRATE=false: what its statements (relay/sql.go)
 -- read and write, and no DDL. It claims and settles rows (FOR UPDATE and the
 -- LOCK of a mode switch need UPDATE), archives them, records delivered keys,
--- dead-letters, registers itself, keeps the mode, the ordered-mode lanes and
--- the partitioned-mode buckets, deletes expired archive rows and keys, and
+-- dead-letters, registers itself, keeps the mode and the partitioned-mode
+-- buckets, deletes expired archive rows and keys, and
 -- checks the schema's version.
 GRANT USAGE ON SCHEMA :"schema" TO :"relay";
 GRANT SELECT ON :"schema".schema_version TO :"relay";
@@ -61,9 +60,7 @@ GRANT SELECT, INSERT, DELETE ON :"schema".delivered_keys TO :"relay";
 GRANT SELECT, INSERT ON :"schema".dead_letters TO :"relay";
 GRANT SELECT, UPDATE ON :"schema".relay_mode TO :"relay";
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".relays TO :"relay";
-GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".lanes TO :"relay";
 GRANT SELECT, UPDATE ON :"schema".buckets TO :"relay";
-GRANT EXECUTE ON FUNCTION :"schema".lanes_prune(text[]) TO :"relay";
 GRANT EXECUTE ON FUNCTION :"schema".messages_apply_mode() TO :"relay";
 -- A failed row whose id was a dead letter's already is dead-lettered under
 -- the sequence's next id (relay/sql.go, queryMessagesSettle).
@@ -73,7 +70,8 @@ GRANT USAGE ON SEQUENCE :"schema".messages_id_seq TO :"relay";
 -- and `cancel` (relay/admin/sql.go): it reads every table, puts dead
 -- letters and archived rows back into messages, forgets the delivered keys
 -- of replayed rows, cancels pending rows into the dead letters (FOR UPDATE
--- needs UPDATE) and makes their lanes due.
+-- needs UPDATE) and, in ordered mode, makes the next row of their keys a
+-- candidate.
 GRANT USAGE ON SCHEMA :"schema" TO :"operator";
 GRANT SELECT ON :"schema".schema_version TO :"operator";
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".messages TO :"operator";
@@ -82,7 +80,6 @@ GRANT SELECT, DELETE ON :"schema".delivered_keys TO :"operator";
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".dead_letters TO :"operator";
 GRANT SELECT ON :"schema".relay_mode TO :"operator";
 GRANT SELECT ON :"schema".relays TO :"operator";
-GRANT SELECT, UPDATE ON :"schema".lanes TO :"operator";
 GRANT SELECT ON :"schema".buckets TO :"operator";
 
 -- Not granted here: pg_read_all_stats. PostgreSQL shows every role when a

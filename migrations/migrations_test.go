@@ -189,3 +189,40 @@ func schemaAt(t *testing.T, version int32, stmts ...string) (*dbtest.Schema, *pg
 	}
 	return db, conn, q
 }
+
+// A schema of version 12 in ordered mode migrates in place with its
+// pending rows and its lanes (migration 13): the lanes, their trigger and
+// their function are gone, ordered mode's two indexes are built, every
+// pending row is a candidate, and producers insert as before.
+func TestApply_OrderedModeLeavesItsLanesInPlace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, conn, q := schemaAt(t, 12,
+		"UPDATE %[1]s.relay_mode SET mode = 'ordered'",
+		"SELECT %[1]s.messages_apply_mode()",
+		"INSERT INTO %[1]s.messages (topic, payload, key) SELECT 't', 'x', 'k' || (i %% 5) FROM generate_series(1, 50) AS i")
+	if n := db.Count(t, "lanes"); n != 5 {
+		t.Fatalf("%d lanes before the upgrade, want 5", n)
+	}
+	if _, err := migrations.Apply(ctx, conn, db.Name); err != nil {
+		t.Fatal(err)
+	}
+	var lanes, trigger, indexes int
+	err := conn.QueryRow(ctx, `
+SELECT (SELECT count(*) FROM pg_class WHERE oid = to_regclass($1)),
+       (SELECT count(*) FROM pg_trigger WHERE tgrelid = $2::regclass AND tgname = 'messages_open_lanes'),
+       (SELECT count(*) FROM pg_index WHERE indexrelid IN (to_regclass($3), to_regclass($4)))`,
+		q+".lanes", q+".messages", q+".messages_heads_due_idx", q+".messages_waiting_idx").Scan(&lanes, &trigger, &indexes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lanes != 0 || trigger != 0 || indexes != 2 {
+		t.Errorf("after the upgrade: %d lanes tables, %d lane triggers, %d of ordered mode's 2 indexes; want 0, 0, 2", lanes, trigger, indexes)
+	}
+	if _, err := conn.Exec(ctx, "INSERT INTO "+q+".messages (topic, payload, key, waiting) VALUES ('t', 'x', 'k0', true)"); err != nil {
+		t.Fatal(err)
+	}
+	if n := db.CountWhere(t, "messages", "NOT waiting"); n != 51 {
+		t.Errorf("%d candidates after the upgrade and an insert that sets waiting, want the 50 pending and the new one", n)
+	}
+}

@@ -69,19 +69,20 @@
 //
 // # Ordered mode
 //
-// In ordered mode (ordered.go), each key with rows has a lane (the lanes table),
-// opened by a statement-level trigger when a producer inserts. Keyed rows are
-// claimed through their lanes (queryLanesClaim): a claim locks due lanes SKIP
-// LOCKED and leases each one's head, its oldest row, so at most one row per
-// key is in flight across relays. A lane looked at leaves the due range: to
-// the lease's end while its head is in flight (an expired lease makes it due
-// again), to the head's retry while it backs off. A settle makes the lanes of
-// its heads due and wakes the lane claimer, so a key's next row goes as soon
-// as the previous one is settled. Rows without a key are claimed by a loop of
-// their own, from an index that holds only them. A lane whose key has no rows
-// left is deleted (lanes_prune) after locking it, in a snapshot taken after
-// the lock, while producers hold a KEY SHARE lock on the lanes of their keys
-// until they commit: a lane is never deleted under rows about to be visible.
+// In ordered mode (ordered.go), a keyed row is claimed only as its key's
+// head, its oldest row, so at most one row per key is in flight across
+// relays. Claims walk the candidates (keyed rows not marked waiting) that
+// are due, through an index that holds only them: of each key they lease
+// the oldest row, and they mark the others waiting, out of that index,
+// while holding a KEY SHARE lock on the older row. The settle that deletes
+// a head (delivered or dead-lettered) then makes the key's next row a
+// candidate, in a statement of its own that sees every mark made behind
+// the head, and wakes the head claimers, so a key's next row goes as soon
+// as the previous one is settled. A head that backs off keeps the rows
+// behind it waiting with one write to itself. Rows without a key are
+// claimed by a loop of their own, from an index that holds only them.
+// sql_heads.go has the protocol and why no row is left waiting behind
+// nothing.
 //
 // # Partitioned mode
 //
@@ -119,7 +120,8 @@
 // heartbeat every 10 seconds. The schema records its mode (relay_mode):
 // a relay whose mode differs refuses to start while a relay of the schema's
 // mode is alive (ModeConflictError), and otherwise switches the schema,
-// holding producers back while it opens (or drops) the lanes. A relay that
+// holding producers back while it makes every row a candidate for ordered
+// mode (the mode's indexes follow: messages_apply_mode). A relay that
 // finds the mode changed under it stops (ModeChangedError).
 //
 // # Shutdown

@@ -94,8 +94,8 @@ func TestRelay_RowsInFlightNeverExceedMaxInFlight(t *testing.T) {
 
 // RELAY_MAX_IN_FLIGHT_BYTES bounds the payload bytes claimed and unsettled
 // (the relay's memory), and a row larger than the whole budget is still
-// delivered, alone; in ordered mode too, where keyed rows are claimed by
-// their lanes.
+// delivered, alone; in ordered mode too, where keyed rows are claimed as
+// their keys' heads.
 func TestRelay_PayloadBytesInFlightNeverExceedTheByteBudget(t *testing.T) {
 	t.Parallel()
 	for _, ordered := range []bool{false, true} {

@@ -121,8 +121,8 @@ func TestKeyLookups_CannotWalkThePrimaryKey(t *testing.T) {
 	}
 }
 
-// TestKeyLookups_OrderedHeadsCannotWalkThePrimaryKey: ordered mode's lanes
-// claim finds each lane's head through messages_key_idx, and without it
+// TestKeyLookups_OrderedHeadsCannotWalkThePrimaryKey: ordered mode's claim
+// finds each key's oldest row through messages_key_idx, and without it
 // cannot turn to the primary key in id order.
 func TestKeyLookups_OrderedHeadsCannotWalkThePrimaryKey(t *testing.T) {
 	t.Parallel()
@@ -130,15 +130,15 @@ func TestKeyLookups_OrderedHeadsCannotWalkThePrimaryKey(t *testing.T) {
 	db, r := staleStatistics(t, outbox.ModeOrdered)
 	tx := planTx(t, db)
 	m := r.mode.(*ordered)
-	claim, args := m.claimLanes, m.lanesClaimArgs(claimRequest{limit: 1000, bytes: 1 << 30, closed: []string{}})
-	if uses := indexScans(explain(t, tx, claim, args), "CTE heads", indexNamed("messages_key_idx")); len(uses) == 0 {
-		t.Errorf("the lanes claim does not find heads through messages_key_idx")
+	claim, args := m.claimHeads, m.headsClaimArgs(claimRequest{limit: 1000, bytes: 1 << 30, closed: []string{}})
+	if uses := indexScans(explain(t, tx, claim, args), "CTE oldest", indexNamed("messages_key_idx")); len(uses) == 0 {
+		t.Errorf("the claim does not find heads through messages_key_idx")
 	}
 	if _, err := tx.Exec(ctx, "DROP INDEX "+db.Table("messages_key_idx")); err != nil {
 		t.Fatal(err)
 	}
-	for _, use := range indexScans(explain(t, tx, claim, args), "CTE heads", indexNamed("messages_pkey")) {
-		t.Errorf("the lanes claim finds heads through %s", use)
+	for _, use := range indexScans(explain(t, tx, claim, args), "CTE oldest", indexNamed("messages_pkey")) {
+		t.Errorf("the claim finds heads through %s", use)
 	}
 }
 

@@ -185,7 +185,7 @@ func NewMetrics() *Metrics {
 		}),
 		LanesRepaired: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Name: "lanes_repaired_total",
-			Help: "Ordered mode: lanes opened for keys whose rows had none (expected only just after a switch to ordered mode).",
+			Help: "Ordered mode: rows made claimable again that waited behind no older row of their key (a head deleted by hand; expected to stay 0).",
 		}),
 		BucketsOwned: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "buckets_owned",

@@ -21,6 +21,10 @@ type mode interface {
 	deliver(ctx context.Context, d *delivery)
 	// settleStatements returns the mode's settle statements.
 	settleStatements() settleStatements
+	// oldestClaimable returns what fills queryFloor's {oldest}: the
+	// oldest available_at at or above @start of a row the mode's claims
+	// may take (the claim floor's oldest visible row).
+	oldestClaimable() string
 	// fence returns the arguments of the settle statements' fence for the
 	// outcomes items (nil when the mode has none).
 	fence(items []outcome) pgx.StrictNamedArgs
@@ -49,16 +53,14 @@ func newMode(r *Relay) mode {
 }
 
 // switchStatements are what a switch of schema from one mode to another
-// runs, with producers held out, once the new mode is recorded: lanes are
-// opened for every key with rows when entering ordered mode and dropped
-// otherwise, and nobody owns a bucket outside partitioned mode (epochs go
-// on).
+// runs, with producers held out, once the new mode is recorded: every row
+// is a candidate again when entering ordered mode (queryHeadsReset), and
+// nobody owns a bucket outside partitioned mode (epochs go on).
 func switchStatements(schema string, from, to outbox.Mode) []string {
-	lanes := queryLanesClear
+	var s []string
 	if to == outbox.ModeOrdered {
-		lanes = queryLanesBackfill
+		s = append(s, render(queryHeadsReset, schema, nil))
 	}
-	s := []string{render(lanes, schema, nil)}
 	if from == outbox.ModePartitioned {
 		s = append(s, buckets.ResetStatement(outbox.QuoteSchema(schema)))
 	}

@@ -9,95 +9,80 @@ import (
 )
 
 // ordered delivers the rows of a key one at a time, in insert order,
-// across relays: each key with rows has a lane (the lanes table, opened by
-// the producers' insert trigger), and a keyed row is claimed only as its
-// lane's head (queryLanesClaim). Rows without a key are claimed by a loop
-// of their own and never held up. See doc.go.
+// across relays: a keyed row is claimed only as its key's head, its oldest
+// row (queryHeadsClaim), and the rows behind a head in flight wait out of
+// the claims' way until its settle makes the next one a candidate
+// (sql_heads.go has the protocol). Rows without a key are claimed by a
+// loop of their own and never held up. See doc.go.
 type ordered struct {
-	r                                         *Relay
-	claimUnkeyed, claimLanes                  string
-	pruneLanes, repairLanes, backlog, blocked string
-	settle                                    settleStatements
-	// wake wakes the lane claimers after a settle: a key's next row is
+	r                             *Relay
+	claimUnkeyed, claimHeads      string
+	repairHeads, backlog, blocked string
+	settle                        settleStatements
+	// wake wakes the head claimers after a settle: a key's next row is
 	// claimable as soon as its head is settled.
 	wake chan struct{}
 }
 
-// laneRecheck is how long a lane whose head's sink is closed waits before a
-// claim looks at it again.
-const laneRecheck = time.Second
+// headsRepairCap bounds the waiting rows one repair makes candidates.
+const headsRepairCap = 10_000
 
-// laneRepairEvery is how many retention intervals pass between two
-// repairs of the lanes (the first comes after one).
-const laneRepairEvery = 10
-
-// blockedKeysCap bounds the lanes a refresh looks at for blocked keys.
+// blockedKeysCap bounds the heads a refresh looks at for blocked keys.
 const blockedKeysCap = 10_000
 
 func newOrdered(r *Relay) *ordered {
 	s := r.cfg.Schema
+	settle := renderSettle(s, settleSlots{}, true)
+	// A settle that deletes heads makes their keys' next rows candidates,
+	// in a statement of its own after the delete.
+	settle.then = render(queryHeadsPromote, s, nil)
 	return &ordered{
 		r:            r,
 		claimUnkeyed: renderClaim(s, unkeyedOnly),
-		claimLanes:   render(queryLanesClaim, s, nil),
-		pruneLanes:   render(queryLanesPrune, s, nil),
-		repairLanes:  render(queryLanesRepair, s, nil),
-		backlog:      render(queryLanesBacklog, s, nil),
-		blocked:      render(queryLanesBlocked, s, nil),
-		// A settle moves the lanes of its heads, so every settle runs
-		// the whole statement.
-		settle: renderSettle(s, settleSlots{after: settleLanes}, false),
-		wake:   make(chan struct{}, 1),
+		claimHeads:   render(queryHeadsClaim, s, nil),
+		repairHeads:  render(queryHeadsRepair, s, nil),
+		backlog:      render(queryHeadsBacklog, s, nil),
+		blocked:      render(queryHeadsBlocked, s, nil),
+		settle:       settle,
+		wake:         make(chan struct{}, 1),
 	}
 }
 
-// claimers returns two loops that claim the heads of keys through their
-// lanes, woken by settles, and one for the rows without a key.
+// claimers returns two loops that claim the heads of keys, woken by
+// settles, and one for the rows without a key.
 func (m *ordered) claimers() []claimer {
-	heads := claimer{what: "heads of keys", claim: m.claimHeads, wake: m.wake, batch: max(m.r.cfg.BatchSize/4, 1)}
+	heads := claimer{what: "heads of keys", claim: m.claim, wake: m.wake, batch: max(m.r.cfg.BatchSize/4, 1)}
 	second := heads
 	second.follower = true
 	return []claimer{heads, second, {what: "rows without a key", claim: m.r.claimWith(m.claimUnkeyed)}}
 }
 
-// lanesClaimArgs returns the arguments of queryLanesClaim for req.
-func (m *ordered) lanesClaimArgs(req claimRequest) pgx.StrictNamedArgs {
-	args := m.r.claimArgs(req)
-	args["recheck"] = laneRecheck
-	delete(args, "floor") // lanes have their own due index
-	m.r.idFloorArgs(args)
-	return args
+// headsClaimArgs returns the arguments of queryHeadsClaim for req.
+func (m *ordered) headsClaimArgs(req claimRequest) pgx.StrictNamedArgs {
+	return m.r.idFloorArgs(m.r.claimArgs(req))
 }
 
-// claimHeads leases the heads of due lanes (queryLanesClaim), then prunes
-// the lanes it found empty.
-func (m *ordered) claimHeads(ctx context.Context, req claimRequest) ([]claimed, error) {
-	batch, empty, err := m.r.claimRows(ctx, m.claimLanes, m.lanesClaimArgs(req), req, "claim heads of keys")
-	if err != nil {
-		return nil, err
-	}
-	if len(empty) > 0 {
-		keys := make([]string, len(empty))
-		for i := range empty {
-			keys[i] = empty[i].key
-		}
-		// The rows are leased already: a failed prune only leaves the
-		// lanes for a later claim to find empty again.
-		if _, err := m.r.pool.Exec(ctx, m.pruneLanes, pgx.StrictNamedArgs{"keys": keys}); err != nil {
-			m.r.log.Warn("prune empty lanes", "num_lanes", len(keys), "err", err)
-		}
-	}
-	return batch, nil
+// claim leases the heads among the due candidates and marks the others
+// waiting (queryHeadsClaim).
+func (m *ordered) claim(ctx context.Context, req claimRequest) ([]claimed, error) {
+	batch, _, err := m.r.claimRows(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")
+	return batch, err
 }
 
 func (m *ordered) deliver(ctx context.Context, d *delivery) { d.all(ctx) }
 
 func (m *ordered) settleStatements() settleStatements { return m.settle }
 
+// oldestClaimable leaves the rows waiting on their key out of the claim
+// floor (oldestCandidate): a row that waits behind a head failing for an
+// hour would hold the floor, and every claim would walk what was delivered
+// since.
+func (m *ordered) oldestClaimable() string { return oldestCandidate }
+
 func (m *ordered) fence([]outcome) pgx.StrictNamedArgs { return nil }
 
-// settled wakes the lane claimers: the settled heads left their lanes, and
-// their keys' next rows are claimable.
+// settled wakes the head claimers: the keys of the settled heads have their
+// next rows claimable.
 func (m *ordered) settled([]outcome) {
 	select {
 	case m.wake <- struct{}{}:
@@ -105,54 +90,51 @@ func (m *ordered) settled([]outcome) {
 	}
 }
 
-// run repairs the lanes after a retention interval and every
-// laneRepairEvery intervals after that.
+// run repairs the keys every retention interval (queryHeadsRepair).
 func (m *ordered) run(ctx context.Context) {
 	t := time.NewTicker(retentionInterval)
 	defer t.Stop()
-	for round := 0; ; round++ {
+	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if round%laneRepairEvery == 0 {
-				m.repair(ctx)
-			}
+			m.repair(ctx)
 		}
 	}
 }
 
-// repair opens lanes for keys that have rows but no lane
-// (queryLanesRepair) and says so: such rows would wait for ever, and the
-// lanes' protocol says there should be none.
+// repair makes candidates again the waiting rows no older row of their key
+// holds up (queryHeadsRepair), and says so: they would wait for ever, and
+// the settles leave none.
 func (m *ordered) repair(ctx context.Context) {
-	rows, err := m.r.pool.Query(ctx, m.repairLanes)
+	rows, err := m.r.pool.Query(ctx, m.repairHeads, m.r.idFloorArgs(pgx.StrictNamedArgs{"cap": headsRepairCap}))
 	if err != nil {
 		if ctx.Err() == nil {
-			m.r.log.Warn("repair lanes", "err", err)
+			m.r.log.Warn("repair keys", "err", err)
 		}
 		return
 	}
 	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		if ctx.Err() == nil {
-			m.r.log.Warn("repair lanes", "err", err)
+			m.r.log.Warn("repair keys", "err", err)
 		}
 		return
 	}
 	if len(keys) > 0 {
 		m.r.metrics.LanesRepaired.Add(float64(len(keys)))
-		m.r.log.Error("opened lanes for keys whose rows had none: their rows were waiting for no claim (please report this)",
-			"num_keys", len(keys), "first_key", keys[0])
+		m.r.log.Error("made rows claimable that waited behind no older row of their key (a row deleted by hand, or written with the relay's waiting column set)",
+			"num_rows", len(keys), "first_key", keys[0])
 	}
 }
 
-// countDue counts the rows without a key that are due and the heads of due
-// lanes (rows waiting behind their key's head are not due), with their
+// countDue counts the rows without a key that are due and the due
+// candidates (rows waiting behind their key's head are not due), with their
 // oldest due times, and sets the blocked keys and the rows waiting on their
 // key.
 func (m *ordered) countDue(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) (bool, error) {
-	rows, err := m.r.pool.Query(ctx, m.backlog, m.r.idFloorArgs(pgx.StrictNamedArgs{"default_sink": m.r.cfg.DefaultSink, "cap": gaugeCountCap}))
+	rows, err := m.r.pool.Query(ctx, m.backlog, pgx.StrictNamedArgs{"default_sink": m.r.cfg.DefaultSink, "cap": gaugeCountCap, "floor": m.r.floor.current()})
 	if err != nil {
 		return true, fmt.Errorf("query backlog: %w", err)
 	}
@@ -166,7 +148,7 @@ func (m *ordered) countDue(ctx context.Context, add func(sink string, due int64,
 		return true, fmt.Errorf("query backlog: %w", err)
 	}
 	var blocked, waiting int64
-	err = m.r.pool.QueryRow(ctx, m.blocked, m.r.idFloorArgs(pgx.StrictNamedArgs{"lanes_cap": blockedKeysCap, "cap": gaugeCountCap})).Scan(&blocked, &waiting)
+	err = m.r.pool.QueryRow(ctx, m.blocked, pgx.StrictNamedArgs{"heads_cap": blockedKeysCap, "cap": gaugeCountCap}).Scan(&blocked, &waiting)
 	if err != nil {
 		return true, fmt.Errorf("count blocked keys: %w", err)
 	}

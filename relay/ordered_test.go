@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -147,83 +146,19 @@ func TestRelay_OrderedModeAFailingHeadHoldsUpOnlyItsKey(t *testing.T) {
 		_ = b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.db.Table("messages")+" WHERE attempts = 1 AND leased_by IS NULL AND available_at > now()").Scan(&n)
 		return n == 1
 	})
-	// One write for the retry: the rows behind the head keep their
-	// available_at (the insert's time: the guard moves a time before the
-	// insert up to it), and the lane waits for the head's retry.
-	var behindUntouched int
-	var laneAt, headAt time.Time
-	err := b.db.Pool.QueryRow(context.Background(), `
-SELECT (SELECT count(*) FROM `+b.db.Table("messages")+` WHERE key = 'k' AND attempts = 0 AND available_at < now()),
-       (SELECT available_at FROM `+b.db.Table("lanes")+` WHERE key = 'k'),
-       (SELECT available_at FROM `+b.db.Table("messages")+` WHERE key = 'k' AND attempts = 1)`).Scan(&behindUntouched, &laneAt, &headAt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if behindUntouched != 4 || !laneAt.Equal(headAt) {
-		t.Errorf("%d of the 4 rows behind the head are untouched; lane due at %s, head's retry at %s", behindUntouched, laneAt, headAt)
+	// The rows behind the head were never tried: they wait on their key,
+	// out of the claims' way, keeping their available_at (the insert's
+	// time: the guard moves a time before the insert up to it).
+	if n := b.db.CountWhere(t, "messages", "key = 'k' AND attempts = 0 AND available_at < now() AND waiting"); n != 4 {
+		t.Errorf("%d of the 4 rows behind the head wait on their key untried", n)
 	}
 	waitfor.Condition(t, 10*time.Second, "the gauges to show one blocked key with 4 rows waiting on it", func() bool {
 		return testutil.ToFloat64(cfg.Metrics.BlockedKeys) == 1 && testutil.ToFloat64(cfg.Metrics.WaitingOnKey) == 4 &&
 			testutil.ToFloat64(cfg.Metrics.Backlog.WithLabelValues("nats")) == 0 && testutil.ToFloat64(cfg.Metrics.OldestDueAge) == 0
 	})
-	// j's lane is pruned by the claim that finds it empty, after its last
-	// settle.
-	waitfor.Condition(t, 20*time.Second, "only k's lane to be left (j's pruned once empty)", func() bool {
-		return b.db.Count(t, "lanes") == 1
-	})
 }
 
-// TestRelay_OrderedModeClaimsDoNotWalkTheRowsBehindHeadsInFlight checks
-// with EXPLAIN that a claim reads the lanes, not the rows queued behind the
-// heads in flight: with 100 heads leased and 4,000 rows behind them, the
-// claim of heads touches a handful of pages, not thousands of index entries.
-func TestRelay_OrderedModeClaimsDoNotWalkTheRowsBehindHeadsInFlight(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	b.db.SetMode(t, outbox.ModeOrdered)
-	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 100) FROM generate_series(1, 4100) AS i`)
-	// The heads are in flight: leased, their lanes moved to the lease's end.
-	b.db.Exec(t, `UPDATE %s.messages AS m SET leased_by = 'other', leased_until = now() + interval '1 minute', attempts = 1
-	              WHERE id IN (SELECT min(id) FROM %s.messages GROUP BY key)`)
-	b.db.Exec(t, `UPDATE %s.lanes SET available_at = now() + interval '1 minute'`)
-	b.db.Exec(t, `ANALYZE %s.messages`)
-	plan := explainClaim(t, b, `SELECT m.id FROM %s.messages AS m
-	   JOIN (SELECT key FROM %s.lanes WHERE available_at <= now() ORDER BY available_at LIMIT 1000 FOR NO KEY UPDATE SKIP LOCKED) AS l
-	     ON m.key = l.key`)
-	if plan.rows != 0 || plan.buffers > 50 {
-		t.Errorf("a claim of heads with every key in flight returned %d rows and touched %d buffers; want 0 rows and a handful of buffers", plan.rows, plan.buffers)
-	}
-	// The same question asked of the table, as the old claim did.
-	walk := explainClaim(t, b, `SELECT id FROM %s.messages AS c WHERE available_at <= now()
-	   AND (leased_until IS NULL OR leased_until <= now())
-	   AND NOT EXISTS (SELECT 1 FROM %s.messages AS o WHERE o.key = c.key AND o.id < c.id)
-	   ORDER BY available_at, id LIMIT 1000 FOR UPDATE SKIP LOCKED`)
-	t.Logf("the claim of heads touched %d buffers; walking the table for heads, as a claim without lanes does, %d", plan.buffers, walk.buffers)
-}
-
-// explained is what EXPLAIN (ANALYZE, BUFFERS) says of a statement.
-type explained struct{ rows, buffers int }
-
-func explainClaim(t *testing.T, b *bundle, sql string) explained {
-	t.Helper()
-	tx, err := b.db.Pool.Begin(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	var out []map[string]any
-	q := "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + strings.ReplaceAll(sql, "%s", pgx.Identifier{b.db.Name}.Sanitize())
-	if err := tx.QueryRow(context.Background(), q).Scan(&out); err != nil {
-		t.Fatal(err)
-	}
-	plan := out[0]["Plan"].(map[string]any)
-	return explained{
-		rows:    int(plan["Actual Rows"].(float64)),
-		buffers: int(plan["Shared Hit Blocks"].(float64) + plan["Shared Read Blocks"].(float64)),
-	}
-}
-
-func TestRelay_OrderedModeProducersRacingTheLanesLoseNothing(t *testing.T) {
+func TestRelay_OrderedModeProducersRacingTheSettlesLoseNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config(t)
@@ -232,8 +167,8 @@ func TestRelay_OrderedModeProducersRacingTheLanesLoseNothing(t *testing.T) {
 	cfg.Sinks = map[string]sinks.Sink{"nats": sink}
 	start(t, b, cfg)
 	// Producers keep writing to a few keys while the relay drains them, so
-	// that lanes empty, are pruned and are opened again all the time; each
-	// transaction waits a little before committing, holding its lanes.
+	// that rows arrive behind heads being settled all the time; each
+	// transaction waits a little before committing.
 	const producers, perProducer, keys = 6, 150, 5
 	var wg sync.WaitGroup
 	for p := range producers {
@@ -264,9 +199,8 @@ func TestRelay_OrderedModeProducersRacingTheLanesLoseNothing(t *testing.T) {
 	if got := len(sink.Keys()); got != producers*perProducer {
 		t.Errorf("the sink got %d messages, want %d", got, producers*perProducer)
 	}
-	waitfor.Condition(t, 10*time.Second, "the last lanes to be pruned", func() bool { return b.db.Count(t, "lanes") == 0 })
 	if n := testutil.ToFloat64(cfg.Metrics.LanesRepaired); n != 0 {
-		t.Errorf("%v lanes had to be repaired: the producers' and the relay's protocol left rows without a lane", n)
+		t.Errorf("%v rows had to be repaired: the claims' and the settles' protocol left rows waiting behind nothing", n)
 	}
 }
 
@@ -282,11 +216,11 @@ func TestRelay_ReplicasOfAnotherModeRefuseToStart(t *testing.T) {
 		return mode == outbox.ModeOrdered
 	})
 
-	// The lanes trigger runs only in ordered mode (it cost every insert
-	// statement of the other modes about 40 µs).
-	laneTrigger := func() bool { return laneTriggerEnabled(t, b) }
-	if !laneTrigger() {
-		t.Errorf("the lanes trigger is disabled in ordered mode")
+	// Ordered mode's indexes exist only in ordered mode (each costs every
+	// insert of the other modes).
+	indexed := func() bool { return headsIndexed(t, b) }
+	if !indexed() {
+		t.Errorf("ordered mode's indexes are missing in ordered mode")
 	}
 
 	unordered := b.config(t)
@@ -312,41 +246,38 @@ func TestRelay_ReplicasOfAnotherModeRefuseToStart(t *testing.T) {
 	if err := b.db.Pool.QueryRow(context.Background(), "SELECT mode FROM "+b.db.Table("relay_mode")).Scan(&mode); err != nil || mode != outbox.ModeUnordered {
 		t.Errorf("schema mode %q, %v after the unordered relay started alone", mode, err)
 	}
-	if n := b.db.Count(t, "lanes"); n != 0 {
-		t.Errorf("%d lanes left after switching to unordered", n)
-	}
-	if laneTrigger() {
-		t.Errorf("the lanes trigger is still enabled after switching to unordered")
+	if indexed() {
+		t.Errorf("ordered mode's indexes are still there after switching to unordered")
 	}
 }
 
-// laneTriggerEnabled reports whether the insert trigger that opens lanes
-// fires for producers' inserts.
-func laneTriggerEnabled(t *testing.T, b *bundle) bool {
+// headsIndexed reports whether ordered mode's indexes exist: the due index
+// of candidates and the index of waiting rows.
+func headsIndexed(t *testing.T, b *bundle) bool {
 	t.Helper()
-	var enabled bool
-	err := b.db.Pool.QueryRow(context.Background(), `SELECT tgenabled IN ('O', 'A') FROM pg_trigger
-		WHERE tgrelid = $1::regclass AND tgname = 'messages_open_lanes'`, b.db.Table("messages")).Scan(&enabled)
+	var n int
+	err := b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_index
+		WHERE indrelid = $1::regclass AND indexrelid IN (to_regclass($2), to_regclass($3))`,
+		b.db.Table("messages"), b.db.Table("messages_heads_due_idx"), b.db.Table("messages_waiting_idx")).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return enabled
+	return n == 2
 }
 
-// A schema recorded as ordered whose lanes trigger is off (a restore, a
-// hand edit) is repaired by the next relay that registers: keyed rows
-// inserted after it get their lanes at once.
-func TestRelay_RegisteringRepairsTheLaneTrigger(t *testing.T) {
+// A schema recorded as ordered without ordered mode's indexes (a restore,
+// a hand edit) is repaired by the next relay that registers.
+func TestRelay_RegisteringRepairsTheHeadsIndexes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.db.Exec(t, `UPDATE %s.relay_mode SET mode = 'ordered'`) // without messages_apply_mode
-	if laneTriggerEnabled(t, b) {
-		t.Fatal("the lanes trigger is enabled before any ordered relay registered")
+	if headsIndexed(t, b) {
+		t.Fatal("ordered mode's indexes exist before any ordered relay registered")
 	}
 	cfg := b.config(t)
 	cfg.Mode = outbox.ModeOrdered
 	start(t, b, cfg)
-	waitfor.Condition(t, 10*time.Second, "the lanes trigger to be enabled", func() bool { return laneTriggerEnabled(t, b) })
+	waitfor.Condition(t, 10*time.Second, "ordered mode's indexes to be built", func() bool { return headsIndexed(t, b) })
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'x', 'k')`)
 	relaytest.WaitDrained(t, b.db, 10*time.Second)
 	if got := b.nats.Count(t, stream); got != 1 {

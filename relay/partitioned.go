@@ -166,6 +166,8 @@ func (m *partitioned) deliver(ctx context.Context, d *delivery) { deliverInKeyOr
 
 func (m *partitioned) settleStatements() settleStatements { return m.settle }
 
+func (m *partitioned) oldestClaimable() string { return oldestRow }
+
 // fence returns the distinct (bucket, epoch) pairs of items, with the
 // relay's id: a settle touches a row only while its bucket is still this
 // relay's under the epoch it was claimed under.

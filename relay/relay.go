@@ -116,6 +116,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		r.sinkTraces = newSinkTraces(cfg)
 	}
 	r.mode = newMode(r)
+	r.q.floor = renderFloor(cfg.Schema, r.mode.oldestClaimable())
 	r.settleSQL = r.mode.settleStatements()
 	r.claimHealth = make([]claimHealth, len(r.mode.claimers()))
 	r.settleHealth = &settleHealth{refusedFor: 2 * cfg.Lease}

@@ -77,8 +77,10 @@ func TestRetention_RunsAsTheLeastPrivilegeRelayRole(t *testing.T) {
 	            VALUES (1, 't', 'x', 'k1', now(), 1, now() - interval '8 days'), (2, 't', 'x', 'k2', now(), 1, now())`)
 	lp.Exec(t, `INSERT INTO %s.delivered_keys (idempotency_key, delivered_at) VALUES ('k1', now() - interval '8 days'), ('k2', now())`)
 	lp.Exec(t, `INSERT INTO %s.relays (id, version, mode, last_seen) VALUES ('gone', 'test', 'unordered', now() - interval '3 days')`)
-	// A keyed row without its lane, as repairLanes exists to find.
+	// A keyed row waiting behind no row of its key, as the repair exists
+	// to find.
 	lp.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('t', 'x', 'order-1')`)
+	lp.Exec(t, `UPDATE %s.messages SET waiting = true`)
 	var failures bytes.Buffer
 	r, err := New(lp.PoolAs(t, lp.Relay), Config{
 		Schema: lp.Name, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}, Mode: outbox.ModeOrdered,
@@ -103,8 +105,8 @@ func TestRetention_RunsAsTheLeastPrivilegeRelayRole(t *testing.T) {
 	if got := lp.Count(t, "relays"); got != 0 {
 		t.Errorf("relays holds %d rows, want the one gone for days forgotten", got)
 	}
-	if got := lp.Count(t, "lanes"); got != 1 {
-		t.Errorf("lanes holds %d rows after the repair, want 1", got)
+	if got := lp.CountWhere(t, "messages", "waiting"); got != 0 {
+		t.Errorf("%d rows still wait behind no row of their key after the repair, want 0", got)
 	}
 	if strings.Contains(failures.String(), "err=") {
 		t.Errorf("the relay's role met errors:\n%s", failures.String())

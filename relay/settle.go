@@ -179,13 +179,18 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 	args := archive.args()
 	maps.Copy(args, r.mode.fence(items))
 	var err error
+	stmt, dest := r.settleSQL.settle, []any{&archived, &requeued, &deadLettered, &takenIDs, &newIDs}
 	if r.settleSQL.archiveOnly != "" && len(requeue.ids) == 0 && len(deadLetter.ids) == 0 {
 		// Only deliveries: the shorter statement plans faster.
-		err = r.pool.QueryRow(ctx, r.settleSQL.archiveOnly, planPerExecution, args).Scan(&archived)
+		stmt, dest = r.settleSQL.archiveOnly, []any{&archived}
 	} else {
 		maps.Copy(args, requeue.args())
 		maps.Copy(args, deadLetter.args())
-		err = r.pool.QueryRow(ctx, r.settleSQL.settle, planPerExecution, args).Scan(&archived, &requeued, &deadLettered, &takenIDs, &newIDs)
+	}
+	if keys := deletedKeys(items); r.settleSQL.then != "" && len(keys) > 0 {
+		err = r.settleThen(ctx, stmt, args, dest, keys)
+	} else {
+		err = r.pool.QueryRow(ctx, stmt, planPerExecution, args).Scan(dest...)
 	}
 	if err != nil {
 		return fmt.Errorf("settle %d rows: %w", len(items), err)
@@ -210,6 +215,65 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 	}
 	r.log.Debug("settled", "num_archived", len(archived), "num_requeued", len(requeued), "num_dead_lettered", len(deadLettered))
 	return nil
+}
+
+// settleThen runs the settle statement stmt, then the mode's statement
+// that follows it (settleStatements.then) for keys, in one transaction and
+// one round trip: BEGIN, the plan setting, both statements and COMMIT go in
+// one pipeline. Each statement takes its own snapshot, so the second sees
+// what committed while the first waited on locks. Both are planned for
+// their arguments, as planPerExecution plans the settle alone. A
+// connection left in a failed transaction is closed by the pool when
+// released.
+func (r *Relay) settleThen(ctx context.Context, stmt string, args pgx.StrictNamedArgs, dest []any, keys []string) (err error) {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(queryCustomPlans)
+	b.Queue(stmt, args)
+	b.Queue(r.settleSQL.then, r.idFloorArgs(pgx.StrictNamedArgs{"keys": keys}))
+	b.Queue("COMMIT")
+	br := conn.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	if err := br.QueryRow().Scan(dest...); err != nil {
+		return err
+	}
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("after the settle: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// deletedKeys returns the distinct keys of the rows items delete from the
+// table: delivered, skipped as duplicates, dead-lettered.
+func deletedKeys(items []outcome) []string {
+	var keys []string
+	seen := map[string]bool{}
+	for i := range items {
+		o := &items[i]
+		if o.key == "" || seen[o.key] || (o.kind != kindDelivered && o.kind != kindDuplicate && o.kind != kindDead) {
+			continue
+		}
+		seen[o.key] = true
+		keys = append(keys, o.key)
+	}
+	return keys
 }
 
 // count adds the outcomes that were written down to

@@ -11,8 +11,8 @@ import (
 )
 
 // The statements of the relay, as named constants: one file for the
-// statements every mode runs (this one), one for the lanes (sql_lanes.go)
-// and one for the buckets (sql_buckets.go). Two kinds of names mark what a
+// statements every mode runs (this one), one for ordered mode's heads
+// (sql_heads.go) and one for the buckets (sql_buckets.go). Two kinds of names mark what a
 // statement is given:
 //
 //   - {slot}: text filled in once, when a Relay renders its statements:
@@ -277,9 +277,10 @@ DELETE FROM {schema}.delivered_keys
 // snapshot, the id sequence's last value, a transaction id taken after both
 // (the refresh's mark: the expressions are evaluated in order), whether
 // the sequence hands out its values one after the other (no cache, no
-// cycle), the oldest row at or above @start (-infinity: the oldest row),
-// through messages_due_idx, and the oldest row at or above @start_id,
-// through the primary key.
+// cycle), the oldest available_at at or above @start (-infinity: the
+// oldest) of a row the mode's claims may take ({oldest}: the mode's
+// oldestClaimable), and the oldest row at or above @start_id, through the
+// primary key.
 const queryFloor = `
 SELECT now(), pg_current_snapshot()::text,
        pg_sequence_last_value('{schema}.messages_id_seq'::regclass),
@@ -287,10 +288,7 @@ SELECT now(), pg_current_snapshot()::text,
        (SELECT s.seqcache = 1 AND NOT s.seqcycle AND s.seqincrement > 0
           FROM pg_sequence AS s
          WHERE s.seqrelid = '{schema}.messages_id_seq'::regclass),
-       (SELECT available_at FROM {schema}.messages
-         WHERE available_at >= @start::timestamptz
-         ORDER BY available_at
-         LIMIT 1),
+       {oldest},
        (SELECT id FROM {schema}.messages
          WHERE id >= @start_id::bigint
          ORDER BY id
@@ -309,6 +307,25 @@ SELECT now(), pg_current_snapshot()::text,
 const queryClaimPlan = `
 SELECT set_config('enable_bitmapscan', 'off', true),
        set_config('enable_seqscan', 'off', true)`
+
+// oldestRow fills queryFloor's {oldest} where a claim may take any row:
+// the oldest row at or above @start, through messages_due_idx.
+const oldestRow = `(SELECT available_at FROM {schema}.messages
+         WHERE available_at >= @start::timestamptz
+         ORDER BY available_at
+         LIMIT 1)`
+
+// renderFloor renders queryFloor for schema with a mode's oldestClaimable.
+func renderFloor(schema, oldest string) string {
+	return render(queryFloor, schema, map[string]string{"oldest": oldest})
+}
+
+// queryCustomPlans plans each statement of the rest of the transaction for
+// its arguments: what planPerExecution does for a statement alone, for the
+// statements of a pipeline (settleThen), which pgx runs as prepared
+// statements.
+const queryCustomPlans = `
+SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
 
 // queryClaimStats reads the current transaction's statistics of the hot
 // table and its indexes: the index entries its scans read, dead ones
@@ -463,8 +480,8 @@ SELECT {schema}.messages_apply_mode()`
 // queryModeSwitchLock keeps producers out of the messages table while the
 // mode switches: it waits for every transaction that is inserting to commit
 // and holds new inserts until the switch commits, so that each row is either
-// seen by the switch (a backfill of lanes) or written after it, when the
-// producer's triggers follow the new mode. It gives up after lock_timeout.
+// seen by the switch or written after it, when the producer's triggers
+// follow the new mode. It gives up after lock_timeout.
 const queryModeSwitchLock = `
 SET LOCAL lock_timeout = '10s'; LOCK TABLE {schema}.messages IN SHARE MODE`
 
@@ -498,7 +515,9 @@ type queries struct {
 	relaysHeartbeat, relaysRestart, relaysLeave, relaysForget string
 	deleteExpiredArchive, deleteExpiredKeys                   string
 	backlog, tableHealth, autovacuum, horizonAge              string
-	floor, claimStats, claimPlan                              string
+	// floor is rendered for every mode's claims (renderQueries), then for
+	// the relay's mode (New: mode.oldestClaimable).
+	floor, claimStats, claimPlan string
 }
 
 // renderQueries renders the statements every mode runs for schema.
@@ -520,7 +539,7 @@ func renderQueries(schema string) queries {
 		tableHealth:          f(queryTableHealth),
 		autovacuum:           f(queryAutovacuum),
 		horizonAge:           f(queryHorizonAge),
-		floor:                f(queryFloor),
+		floor:                renderFloor(schema, oldestRow),
 		claimPlan:            f(queryClaimPlan),
 		claimStats:           f(queryClaimStats),
 	}
@@ -531,6 +550,10 @@ type settleStatements struct {
 	// settle is queryMessagesSettle; archiveOnly is queryMessagesArchive,
 	// or empty where every settle must run the whole statement.
 	settle, archiveOnly string
+	// then, when set, is a statement the settle runs after the settle
+	// statement, in the same transaction, for the keys (@keys) of the rows
+	// it deleted (ordered mode: queryHeadsPromote).
+	then string
 	// dropped is the warning logged when a settle finds rows no longer
 	// under the claim that delivered them.
 	dropped string

@@ -38,6 +38,8 @@ func (m *unordered) deliver(ctx context.Context, d *delivery) { d.all(ctx) }
 
 func (m *unordered) settleStatements() settleStatements { return m.settle }
 
+func (m *unordered) oldestClaimable() string { return oldestRow }
+
 func (m *unordered) fence([]outcome) pgx.StrictNamedArgs { return nil }
 
 func (m *unordered) settled([]outcome) {}

@@ -205,6 +205,17 @@ func (s *Schema) Count(t testing.TB, table string) int {
 	return n
 }
 
+// CountWhere returns the number of rows of table for which the SQL
+// condition cond holds.
+func (s *Schema) CountWhere(t testing.TB, table, cond string) int {
+	t.Helper()
+	var n int
+	if err := s.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+s.Table(table)+" WHERE "+cond).Scan(&n); err != nil {
+		t.Fatalf("count %s where %s: %v", table, cond, err)
+	}
+	return n
+}
+
 // Exec runs sql (with %s replaced by the quoted schema) and fails t on error.
 func (s *Schema) Exec(t testing.TB, sql string, args ...any) int64 {
 	t.Helper()
@@ -215,9 +226,8 @@ func (s *Schema) Exec(t testing.TB, sql string, args ...any) int64 {
 	return tag.RowsAffected()
 }
 
-// SetMode records mode as the schema's delivery mode and enables the
-// insert triggers of that mode, as a relay that switches the mode does
-// (without its backfill of lanes: call it before inserting rows).
+// SetMode records mode as the schema's delivery mode and builds the
+// indexes of that mode, as a relay that switches the mode does.
 func (s *Schema) SetMode(t testing.TB, mode outbox.Mode) {
 	t.Helper()
 	s.Exec(t, `UPDATE %s.relay_mode SET mode = $1`, mode)

@@ -16,7 +16,7 @@
 // that does not answer, is logged and the outbox tried again after a
 // growing pause, while the other outboxes go on. Nothing is shared between
 // outboxes but the pool, the listener and the sinks: each relay claims,
-// settles, rescues leases, repairs lanes, rebalances buckets, enforces
+// settles, rescues leases, repairs ordered keys, rebalances buckets, enforces
 // retention and refreshes its gauges on its own schema only, so no outcome
 // of one outbox is ever settled in another.
 //

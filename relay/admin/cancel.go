@@ -60,8 +60,14 @@ func (a *Admin) Cancel(ctx context.Context, opts CancelOptions) (CancelResult, e
 			return nil
 		}
 		args = append(args, outbox.ReasonCancelled, CancelError)
-		if err := tx.QueryRow(ctx, a.sql(queryMessagesCancel), args...).Scan(&res.Matched, &res.Cancelled); err != nil {
+		var keys []string
+		if err := tx.QueryRow(ctx, a.sql(queryMessagesCancel), args...).Scan(&res.Matched, &res.Cancelled, &keys); err != nil {
 			return fmt.Errorf("cancel rows: %w", err)
+		}
+		// Ordered mode: the next rows of the cancelled keys may be their
+		// heads now.
+		if _, err := tx.Exec(ctx, a.sql(queryKeysPromote), keys); err != nil {
+			return fmt.Errorf("cancel rows: make the next rows of their keys claimable: %w", err)
 		}
 		res.InFlight = res.Matched - res.Cancelled
 		return nil

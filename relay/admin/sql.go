@@ -79,19 +79,20 @@ SELECT id, version, mode, started_at, last_seen, last_seen > now() - $1::interva
 
 // queryBlockedKeys returns, in ordered mode, the $1 keys whose head (their
 // oldest row) has failed, oldest head first: the head's age, attempts, next
-// retry and last error, and the rows of the key. The head is looked up as
-// the relay's lookups of a key's oldest row are (relay's ofKey): the key
-// bounded in row comparisons, so that PostgreSQL cannot take the primary
-// key in id order for it.
+// retry and last error, and the rows of the key. Heads are found among the
+// candidates (rows that do not wait behind an older row of their key,
+// through messages_heads_due_idx), then checked to be their key's oldest
+// row, looked up as the relay's lookups of a key's oldest row are (relay's
+// ofKey): the key bounded in row comparisons, so that PostgreSQL cannot take
+// the primary key in id order for it.
 const queryBlockedKeys = `
-SELECT l.key, h.created_at, h.attempts, h.available_at, coalesce(h.leased_until > now(), false), coalesce(h.last_error, ''),
-       (SELECT count(*) FROM %[1]s.messages AS k WHERE k.key = l.key)
-  FROM %[1]s.lanes AS l,
-       LATERAL (SELECT m.created_at, m.attempts, m.available_at, m.leased_until, m.last_error
-                  FROM %[1]s.messages AS m
-                 WHERE m.key IS NOT NULL AND (m.key, m.id) >= (l.key, -9223372036854775808) AND (m.key, m.id) <= (l.key, 9223372036854775807)
-                 ORDER BY m.key, m.id LIMIT 1) AS h
- WHERE h.attempts > 0 AND h.last_error IS NOT NULL
+SELECT h.key, h.created_at, h.attempts, h.available_at, coalesce(h.leased_until > now(), false), coalesce(h.last_error, ''),
+       (SELECT count(*) FROM %[1]s.messages AS k WHERE k.key = h.key)
+  FROM %[1]s.messages AS h
+ WHERE h.key IS NOT NULL AND NOT h.waiting
+   AND h.attempts > 0 AND h.last_error IS NOT NULL
+   AND NOT EXISTS (SELECT 1 FROM %[1]s.messages AS o
+                    WHERE o.key IS NOT NULL AND (o.key, o.id) >= (h.key, -9223372036854775808) AND (o.key, o.id) < (h.key, h.id))
  ORDER BY h.created_at
  LIMIT $1`
 
@@ -383,7 +384,7 @@ const messagesCancelMatch = `
 // queryMessagesCancel moves the matching rows that are not in flight to the
 // dead letters with reason $4 and error $5. Rows under a running lease, and
 // rows locked by a claim that is committing, are left alone. It returns the
-// number matched and the number moved.
+// number matched, the number moved and the keys of the rows moved.
 const queryMessagesCancel = `
 WITH matched AS (
     SELECT count(*) AS n` + messagesCancelMatch + `
@@ -404,13 +405,26 @@ WITH matched AS (
     SELECT id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, $4::text, $5::text, available_at
       FROM cancelled
     RETURNING 1
-), lanes_due AS (
-    -- Ordered mode: a cancelled head may have held its lane back (in
-    -- backoff); the key's next row is its head now.
-    UPDATE %[1]s.lanes AS l SET available_at = now()
-     WHERE l.key IN (SELECT key FROM cancelled WHERE key IS NOT NULL)
 )
-SELECT (SELECT n FROM matched), (SELECT count(*) FROM dead)`
+SELECT (SELECT n FROM matched), (SELECT count(*) FROM dead),
+       (SELECT coalesce(array_agg(DISTINCT key), '{}') FROM cancelled WHERE key IS NOT NULL)`
+
+// queryKeysPromote makes the oldest row of each key in $1 a candidate again
+// when it waits behind an older row of its key (ordered mode): Cancel runs
+// it after deleting rows, as a statement of its own, as the relay's settle
+// runs queryHeadsPromote (relay/sql_heads.go says why). The key's oldest
+// row is looked up from the smallest id. Its available_at moves to the
+// clock's time at the earliest, as the relay's promotions move it (the claim
+// floor's rule; the transaction has its id from the delete).
+const queryKeysPromote = `
+UPDATE %[1]s.messages AS m
+   SET waiting = false, available_at = greatest(m.available_at, clock_timestamp())
+ WHERE m.id = ANY (ARRAY(
+       SELECT (SELECT o.id FROM %[1]s.messages AS o
+                WHERE o.key IS NOT NULL AND (o.key, o.id) >= (k.key, -9223372036854775808) AND (o.key, o.id) <= (k.key, 9223372036854775807)
+                ORDER BY o.key, o.id LIMIT 1)
+         FROM unnest($1::text[]) AS k(key)))
+   AND m.waiting`
 
 // queryMessagesCancelDry counts the matching rows and those in flight.
 const queryMessagesCancelDry = `

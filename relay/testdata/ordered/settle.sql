@@ -30,15 +30,6 @@ WITH archived AS (
      WHERE m.id = ANY (@dead_ids::bigint[]) AND m.id = d.id AND m.claim_seq = d.claim_seq
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, d.reason, d.error
-), lanes_moved AS (
-    UPDATE "outbox".lanes AS l
-       SET available_at = u.available_at
-      FROM (SELECT key, now() AS available_at FROM archived WHERE key IS NOT NULL
-            UNION ALL
-            SELECT key, available_at FROM requeued WHERE key IS NOT NULL
-            UNION ALL
-            SELECT key, now() FROM dead WHERE key IS NOT NULL) AS u
-     WHERE l.key = u.key
 ), dead_ids AS MATERIALIZED (
     SELECT d.*, CASE WHEN t.id IS NULL THEN d.id ELSE nextval('"outbox".messages_id_seq') END AS dead_id
       FROM dead AS d

@@ -1,1 +1,0 @@
-SELECT "outbox".lanes_prune(@keys::text[])
