@@ -42,9 +42,9 @@ type claimed struct {
 // tag returns c's claimTag.
 func (c *claimed) tag() claimTag { return claimTag{seq: c.seq, bucket: c.bucket, epoch: c.epoch} }
 
-// heldKey is a key a claim reports without claiming its rows: a lane found
-// empty (queryLanesClaim), or a key whose older row is elsewhere (in
-// flight, backing off) until about until (queryBucketsClaim).
+// heldKey is a key a claim reports without claiming its rows: a key whose
+// older row is elsewhere (in flight, backing off) until about until
+// (queryBucketsClaim).
 type heldKey struct {
 	key   string
 	until time.Time
@@ -333,10 +333,9 @@ func (r *Relay) claimInIndexOrder(ctx context.Context, stmt string, args pgx.Str
 const createdAtColumn = 7
 
 // readClaimed reads the rows of a claim statement. A row whose first column
-// is NULL reports a key whose rows were not claimed (a lane without rows
-// left, queryLanesClaim; a key held back, queryBucketsClaim): its last
-// column is the key, its created_at column, when set, when to look at it
-// again.
+// is NULL reports a key whose rows were not claimed (a key held back,
+// queryBucketsClaim): its last column is the key, its created_at column,
+// when set, when to look at it again.
 func (r *Relay) readClaimed(rows pgx.Rows, limit int) (batch []claimed, held []heldKey, err error) {
 	defer rows.Close()
 	batch = make([]claimed, 0, limit)

@@ -18,7 +18,8 @@ func goldenStatements() map[string]map[string]string {
 		return r
 	}
 	u := relayIn(outbox.ModeUnordered).mode.(*unordered)
-	o := relayIn(outbox.ModeOrdered).mode.(*ordered)
+	ro := relayIn(outbox.ModeOrdered)
+	o := ro.mode.(*ordered)
 	p := relayIn(outbox.ModePartitioned).mode.(*partitioned)
 	q := relayIn(outbox.ModeUnordered).q
 	partitioned := map[string]string{
@@ -46,6 +47,7 @@ func goldenStatements() map[string]map[string]string {
 			"heads_reset":   switchStatements("outbox", outbox.ModeUnordered, outbox.ModeOrdered)[0],
 			"gauge_backlog": o.backlog,
 			"gauge_keys":    o.blocked,
+			"floor":         ro.q.floor,
 		},
 		"partitioned": partitioned,
 		"shared": {

@@ -142,6 +142,24 @@ func TestKeyLookups_OrderedHeadsCannotWalkThePrimaryKey(t *testing.T) {
 	}
 }
 
+// TestKeyLookups_PromotionsWalkTheWaitingIndex: the settle's promotion of
+// the next rows of ordered keys looks them up in messages_waiting_idx,
+// which holds only waiting rows, not in messages_key_idx (every row of the
+// key) nor the primary key.
+func TestKeyLookups_PromotionsWalkTheWaitingIndex(t *testing.T) {
+	t.Parallel()
+	db, r := staleStatistics(t, outbox.ModeOrdered)
+	tx := planTx(t, db)
+	args := r.idFloorArgs(pgx.StrictNamedArgs{"keys": []string{"k1", "k2", "k3"}})
+	plan := explain(t, tx, r.settleSQL.then, args)
+	if uses := indexScans(plan, "", indexNamed("messages_waiting_idx")); len(uses) == 0 {
+		t.Errorf("the promotion does not look the waiting rows up in messages_waiting_idx")
+	}
+	for _, use := range indexScans(plan, "", func(index string) bool { return index == "messages_key_idx" || index == "messages_due_idx" }) {
+		t.Errorf("the promotion walks %s", use)
+	}
+}
+
 // TestKeyLookups_UseTheirIndexWithFreshStatistics: with statistics of a
 // table that holds what it holds (1,000 keys, three rows each), the
 // older-row check goes through messages_key_idx, not through the whole

@@ -112,19 +112,21 @@ const promotedAt = `greatest(m.available_at, clock_timestamp())`
 // id before it updates its first row (an InitPlan, evaluated once, first).
 const withXactID = `(SELECT pg_current_xact_id()) IS NOT NULL`
 
-// queryHeadsPromote makes the oldest row of each of @keys (looked up from
-// the id floor: ofKey) a candidate again when it waits: the settle runs it
-// after deleting their heads, as a statement of its own in the same
-// transaction (the protocol above), which has its id already. A
-// key's oldest row never waits, so it changes nothing for a key whose head
-// is still there (a settle dropped for a lost lease).
+// queryHeadsPromote makes the oldest waiting row of each of @keys a
+// candidate again: the settle runs it after deleting their heads, as a
+// statement of its own in the same transaction (the protocol above), which
+// has its id already. It looks the rows up from the id floor (ofKey) in
+// messages_waiting_idx, which holds only the rows that wait: most settles
+// find none there, and read a page or two. A candidate that an older row of its key still holds
+// up (a settle dropped for a lost lease, a row committed late) is marked
+// waiting again by the next claim that walks it.
 var queryHeadsPromote = `
 UPDATE {schema}.messages AS m
    SET waiting = false, available_at = ` + promotedAt + `
  WHERE m.id = ANY (ARRAY(
-       SELECT (SELECT o.id FROM {schema}.messages AS o
-                WHERE ` + ofKey("o", "k.key") + `
-                ORDER BY o.key, o.id LIMIT 1)
+       SELECT (SELECT q.id FROM {schema}.messages AS q
+                WHERE q.waiting AND ` + ofKey("q", "k.key") + `
+                ORDER BY q.key, q.id LIMIT 1)
          FROM unnest(@keys::text[]) AS k(key)))
    AND m.waiting`
 
@@ -138,10 +140,10 @@ var queryHeadsRepair = `
 UPDATE {schema}.messages AS m
    SET waiting = false, available_at = ` + promotedAt + `
  WHERE m.id = ANY (ARRAY(
-       SELECT w.id FROM {schema}.messages AS w
-        WHERE w.waiting
+       SELECT x.id FROM {schema}.messages AS x
+        WHERE x.waiting
           AND NOT EXISTS (SELECT 1 FROM {schema}.messages AS o
-                           WHERE ` + ofKey("o", "w.key") + ` AND o.id < w.id)
+                           WHERE ` + ofKey("o", "x.key") + ` AND o.id < x.id)
         LIMIT @cap))
    AND m.waiting AND ` + withXactID + `
 RETURNING m.key`
