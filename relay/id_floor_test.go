@@ -38,6 +38,12 @@ func TestKeyLookups_StartAtTheIDFloor(t *testing.T) {
 			if err := db.Pool.QueryRow(ctx, "WITH d AS (DELETE FROM "+db.Table("messages")+" RETURNING id) SELECT max(id) FROM d").Scan(&delivered); err != nil {
 				t.Fatal(err)
 			}
+			// The claims walk their due index from here (the time floor at
+			// its best): this test is about the lookups of the key.
+			var liveSince time.Time
+			if err := db.Pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&liveSince); err != nil {
+				t.Fatal(err)
+			}
 			db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' FROM generate_series(1, 5)`)
 			var oldest int64
 			if err := db.Pool.QueryRow(ctx, "SELECT min(id) FROM "+db.Table("messages")).Scan(&oldest); err != nil {
@@ -75,6 +81,7 @@ func TestKeyLookups_StartAtTheIDFloor(t *testing.T) {
 					claim, args = m.claimHeads, m.headsClaimArgs(req)
 				}
 				args["id_floor"] = idFloor
+				args["floor"] = liveSince
 				before := readClaimStats(t, tx, r)
 				if len(claimedIDs(t, tx, claim, args)) == 0 {
 					t.Fatal("the claim took no row")
