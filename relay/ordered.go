@@ -108,7 +108,7 @@ func (m *ordered) run(ctx context.Context) {
 // holds up (queryHeadsRepair), and says so: they would wait for ever, and
 // the settles leave none.
 func (m *ordered) repair(ctx context.Context) {
-	rows, err := m.r.pool.Query(ctx, m.repairHeads, m.r.idFloorArgs(pgx.StrictNamedArgs{"cap": headsRepairCap}))
+	rows, err := m.r.pool.Query(ctx, m.repairHeads, planPerExecution, m.r.idFloorArgs(pgx.StrictNamedArgs{"cap": headsRepairCap}))
 	if err != nil {
 		if ctx.Err() == nil {
 			m.r.log.Warn("repair keys", "err", err)
@@ -134,7 +134,7 @@ func (m *ordered) repair(ctx context.Context) {
 // oldest due times, and sets the blocked keys and the rows waiting on their
 // key.
 func (m *ordered) countDue(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) (bool, error) {
-	rows, err := m.r.pool.Query(ctx, m.backlog, pgx.StrictNamedArgs{"default_sink": m.r.cfg.DefaultSink, "cap": gaugeCountCap, "floor": m.r.floor.current()})
+	rows, err := m.r.pool.Query(ctx, m.backlog, planPerExecution, pgx.StrictNamedArgs{"default_sink": m.r.cfg.DefaultSink, "cap": gaugeCountCap, "floor": m.r.floor.current()})
 	if err != nil {
 		return true, fmt.Errorf("query backlog: %w", err)
 	}
@@ -148,7 +148,7 @@ func (m *ordered) countDue(ctx context.Context, add func(sink string, due int64,
 		return true, fmt.Errorf("query backlog: %w", err)
 	}
 	var blocked, waiting int64
-	err = m.r.pool.QueryRow(ctx, m.blocked, pgx.StrictNamedArgs{"heads_cap": blockedKeysCap, "cap": gaugeCountCap}).Scan(&blocked, &waiting)
+	err = m.r.pool.QueryRow(ctx, m.blocked, planPerExecution, pgx.StrictNamedArgs{"heads_cap": blockedKeysCap, "cap": gaugeCountCap}).Scan(&blocked, &waiting)
 	if err != nil {
 		return true, fmt.Errorf("count blocked keys: %w", err)
 	}

@@ -344,7 +344,11 @@ SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(i.indexrelid)), 0)::bigint,
 // The gauges' queries run every StatsInterval, however large the backlog:
 // counts stop at gaugeCountCap rows (@cap: a gauge reading the cap means
 // "at least that many"), and the oldest due row is the first the due index
-// yields; both walk the due index from the claim floor (floor.go).
+// yields; both walk the due index from the claim floor (floor.go). They
+// are planned per execution (planPerExecution), as every mode's gauges
+// are: the generic plan a prepared statement falls back to after five runs
+// took ordered mode's gauge of blocked keys to 357 ms and 22,000 buffers
+// under a pinned horizon, against 0.1 ms planned for its arguments.
 
 // queryMessagesBacklog counts the due rows per sink (@default_sink names
 // the default sink), up to @cap rows.

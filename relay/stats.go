@@ -59,7 +59,7 @@ func (r *Relay) refreshStats(ctx context.Context) error {
 	}
 	var inBackoff, dead, deadTuples, lockWaits int64
 	var oldest float64
-	err = r.pool.QueryRow(ctx, r.q.tableHealth, pgx.StrictNamedArgs{"schema_name": r.cfg.Schema, "cap": gaugeCountCap, "floor": r.floor.current()}).
+	err = r.pool.QueryRow(ctx, r.q.tableHealth, planPerExecution, pgx.StrictNamedArgs{"schema_name": r.cfg.Schema, "cap": gaugeCountCap, "floor": r.floor.current()}).
 		Scan(&inBackoff, &oldest, &dead, &deadTuples, &lockWaits)
 	if err != nil {
 		return fmt.Errorf("read table health: %w", err)
@@ -85,7 +85,7 @@ func (r *Relay) refreshStats(ctx context.Context) error {
 // countDueRows counts the due rows per sink (queryMessagesBacklog) with
 // add, for the modes where every due row may be claimed.
 func (r *Relay) countDueRows(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) error {
-	rows, err := r.pool.Query(ctx, r.q.backlog, pgx.StrictNamedArgs{"default_sink": r.cfg.DefaultSink, "cap": gaugeCountCap, "floor": r.floor.current()})
+	rows, err := r.pool.Query(ctx, r.q.backlog, planPerExecution, pgx.StrictNamedArgs{"default_sink": r.cfg.DefaultSink, "cap": gaugeCountCap, "floor": r.floor.current()})
 	if err != nil {
 		return fmt.Errorf("query backlog: %w", err)
 	}
