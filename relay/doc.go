@@ -74,7 +74,8 @@
 // relays. Claims walk the candidates (keyed rows not marked waiting) that
 // are due, through an index that holds only them: of each key they lease
 // the oldest row, and they mark the others waiting, out of that index,
-// while holding a KEY SHARE lock on the older row. The settle that deletes
+// while holding a KEY SHARE lock on the older row (once that row backs off
+// or has been in flight for markWaitingAfter). The settle that deletes
 // a head (delivered or dead-lettered) then makes the key's next row a
 // candidate, in a statement of its own that sees every mark made behind
 // the head, and wakes the head claimers, so a key's next row goes as soon

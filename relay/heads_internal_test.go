@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -42,6 +44,7 @@ func TestHeadsClaim_DoesNotWalkTheRowsBehindHeadsInFlight(t *testing.T) {
 	db.SetMode(t, outbox.ModeOrdered)
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 100) FROM generate_series(1, 4100) AS i`)
 	r, m := orderedRelay(t, db)
+	m.markAfter = 0 // rows behind heads just leased are marked too
 	// The first claims lease the 100 heads and mark the rows behind them.
 	var heads []claimed
 	claims := 0
@@ -69,10 +72,17 @@ func TestHeadsClaim_DoesNotWalkTheRowsBehindHeadsInFlight(t *testing.T) {
 	if batch, err := m.claim(ctx, anyRows(1000)); err != nil || len(batch) != 100 {
 		t.Fatalf("the claim after the settle leased %d rows, %v; want the 100 next heads", len(batch), err)
 	}
-	for range 2 {
+	// The relay's floor refreshes put the floor at the oldest candidate:
+	// the heads in flight, made candidates after the rows behind them.
+	for deadline := time.Now().Add(10 * time.Second); r.floor.current().InfinityModifier != pgtype.Finite; {
+		if time.Now().After(deadline) {
+			t.Fatal("the claim floor is still unknown after 10 s of refreshes")
+		}
+		r.floor.found()
 		if err := r.refreshFloor(ctx); err != nil {
 			t.Fatal(err)
 		}
+		time.Sleep(floorEvery + 10*time.Millisecond)
 	}
 	// A claim now, with every head in flight.
 	tx := planTx(t, db)
@@ -98,6 +108,7 @@ func TestHeadsSettle_SeesTheMarksOfAClaimItWaitedFor(t *testing.T) {
 	db := dbtest.New(t)
 	db.SetMode(t, outbox.ModeOrdered)
 	r, m := orderedRelay(t, db)
+	m.markAfter = 0 // the claim marks the row behind the head it just leased
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'first', 'k')`)
 	batch, err := m.claim(ctx, anyRows(10))
 	if err != nil || len(batch) != 1 {
@@ -112,6 +123,10 @@ func TestHeadsSettle_SeesTheMarksOfAClaimItWaitedFor(t *testing.T) {
 	defer func() { _ = claim.Rollback(ctx) }()
 	if ids := claimedIDs(t, claim, m.claimHeads, m.headsClaimArgs(anyRows(10))); len(ids) != 0 {
 		t.Fatalf("the claim leased %v while the first row is in flight", ids)
+	}
+	var marked int
+	if err := claim.QueryRow(ctx, "SELECT count(*) FROM "+db.Table("messages")+" WHERE waiting").Scan(&marked); err != nil || marked != 1 {
+		t.Fatalf("the claim marked %d rows waiting, %v; want the second row", marked, err)
 	}
 
 	first := batch[0]
@@ -137,5 +152,42 @@ func TestHeadsSettle_SeesTheMarksOfAClaimItWaitedFor(t *testing.T) {
 	batch, err = m.claim(ctx, anyRows(10))
 	if err != nil || len(batch) != 1 || string(batch[0].Payload) != "second" {
 		t.Errorf("the claim after the settle leased %d rows, %v; want the second row", len(batch), err)
+	}
+}
+
+// TestHeadsClaim_MarksOnlyBehindHeadsInFlightForLong: a claim leaves the
+// rows behind a head leased less than markWaitingAfter ago unmarked (its
+// delivery will most likely end before the next claim), and marks the
+// rows behind a head that backs off, or has been in flight for longer.
+func TestHeadsClaim_MarksOnlyBehindHeadsInFlightForLong(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	db.SetMode(t, outbox.ModeOrdered)
+	_, m := orderedRelay(t, db)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', k FROM unnest(array['fresh', 'slow', 'failing']) AS k, generate_series(1, 3)`)
+	// The heads of slow and failing: one leased a minute ago, one backing off.
+	db.Exec(t, `UPDATE %s.messages SET leased_by = 'other', leased_until = now() + interval '30 seconds' - interval '1 minute' + interval '70 seconds', attempts = 1
+	             WHERE id = (SELECT min(id) FROM %s.messages WHERE key = 'slow')`)
+	db.Exec(t, `UPDATE %s.messages SET attempts = 1, last_error = 'e', available_at = now() + interval '1 hour'
+	             WHERE id = (SELECT min(id) FROM %s.messages WHERE key = 'failing')`)
+	// The head of fresh: leased by this claim.
+	batch, err := m.claim(ctx, anyRows(100))
+	if err != nil || len(batch) != 1 || batch[0].Key != "fresh" {
+		t.Fatalf("the claim leased %d rows, %v; want the head of fresh", len(batch), err)
+	}
+	for key, want := range map[string]int{"fresh": 0, "slow": 2, "failing": 2} {
+		if n := db.CountWhere(t, "messages", "waiting AND key = '"+key+"'"); n != want {
+			t.Errorf("%d rows of %s marked waiting, want %d", n, key, want)
+		}
+	}
+	// The head of fresh is still in flight, but for long now: the next claim
+	// marks the rows behind it.
+	time.Sleep(markWaitingAfter + 50*time.Millisecond)
+	if _, err := m.claim(ctx, anyRows(100)); err != nil {
+		t.Fatal(err)
+	}
+	if n := db.CountWhere(t, "messages", "waiting AND key = 'fresh'"); n != 2 {
+		t.Errorf("%d rows of fresh marked waiting after its head was in flight for %s, want 2", n, markWaitingAfter)
 	}
 }

@@ -19,10 +19,17 @@ type ordered struct {
 	claimUnkeyed, claimHeads      string
 	repairHeads, backlog, blocked string
 	settle                        settleStatements
+	// markAfter is markWaitingAfter (tests that need every row marked
+	// set it to 0).
+	markAfter time.Duration
 	// wake wakes the head claimers after a settle: a key's next row is
 	// claimable as soon as its head is settled.
 	wake chan struct{}
 }
+
+// markWaitingAfter is how long a head's delivery may be under way before
+// the claims mark the rows behind it waiting (queryHeadsClaim).
+const markWaitingAfter = 100 * time.Millisecond
 
 // headsRepairCap bounds the waiting rows one repair makes candidates.
 const headsRepairCap = 10_000
@@ -44,6 +51,7 @@ func newOrdered(r *Relay) *ordered {
 		backlog:      render(queryHeadsBacklog, s, nil),
 		blocked:      render(queryHeadsBlocked, s, nil),
 		settle:       settle,
+		markAfter:    markWaitingAfter,
 		wake:         make(chan struct{}, 1),
 	}
 }
@@ -59,7 +67,9 @@ func (m *ordered) claimers() []claimer {
 
 // headsClaimArgs returns the arguments of queryHeadsClaim for req.
 func (m *ordered) headsClaimArgs(req claimRequest) pgx.StrictNamedArgs {
-	return m.r.idFloorArgs(m.r.claimArgs(req))
+	args := m.r.idFloorArgs(m.r.claimArgs(req))
+	args["mark_after"] = m.markAfter
+	return args
 }
 
 // claim leases the heads among the due candidates and marks the others

@@ -18,7 +18,7 @@ WITH due AS MATERIALIZED (
              ORDER BY o.key, o.id LIMIT 1) AS id
       FROM (SELECT DISTINCT key FROM due) AS k
 ), blockers AS MATERIALIZED (
-    SELECT b.id FROM "outbox".messages AS b
+    SELECT b.id, b.leased_until FROM "outbox".messages AS b
      WHERE b.id = ANY (ARRAY(SELECT id FROM oldest WHERE id IS NOT NULL))
        FOR KEY SHARE SKIP LOCKED
 ), heads AS MATERIALIZED (
@@ -36,8 +36,11 @@ WITH due AS MATERIALIZED (
     UPDATE "outbox".messages AS m
        SET waiting = true
      WHERE m.id = ANY (ARRAY(
-           SELECT d.id FROM due AS d JOIN oldest AS o ON o.key = d.key
-            WHERE d.id > o.id AND o.id = ANY (ARRAY(SELECT id FROM blockers))))
+           SELECT d.id FROM due AS d JOIN blockers AS b ON b.id = (SELECT o.id FROM oldest AS o WHERE o.key = d.key)
+            WHERE d.id > b.id
+              AND b.id <> ALL (ARRAY(SELECT id FROM due))
+              AND NOT coalesce(b.leased_until > now() + @lease::interval - @mark_after::interval
+                               AND b.leased_until <= now() + @lease::interval, false)))
 ), leased AS (
     UPDATE "outbox".messages AS m
        SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
