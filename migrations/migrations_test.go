@@ -194,7 +194,7 @@ func schemaAt(t *testing.T, version int32, stmts ...string) (*dbtest.Schema, *pg
 // pending rows and its lanes (migration 13): the lanes, their trigger and
 // their function are gone, ordered mode's two indexes are built, every
 // pending row is a candidate, and producers insert as before.
-func TestApply_OrderedModeLeavesItsLanesInPlace(t *testing.T) {
+func TestApply_OrderedModeDropsItsLanesInPlace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, conn, q := schemaAt(t, 12,

@@ -37,10 +37,15 @@ type claimed struct {
 	// the row: the settle's fence.
 	bucket int32
 	epoch  int64
+	// keyed is set when the row has a key, the empty one included (Key is
+	// "" for a row without one too).
+	keyed bool
 }
 
 // tag returns c's claimTag.
-func (c *claimed) tag() claimTag { return claimTag{seq: c.seq, bucket: c.bucket, epoch: c.epoch} }
+func (c *claimed) tag() claimTag {
+	return claimTag{seq: c.seq, bucket: c.bucket, epoch: c.epoch, keyed: c.keyed}
+}
 
 // heldKey is a key a claim reports without claiming its rows: a key whose
 // older row is elsewhere (in flight, backing off) until about until
@@ -374,7 +379,7 @@ func (r *Relay) readClaimed(rows pgx.Rows, limit int) (batch []claimed, held []h
 		}
 		c.CreatedAt = finite(createdAt)
 		if key != nil {
-			c.Key = *key
+			c.Key, c.keyed = *key, true
 		}
 		c.sink = r.cfg.DefaultSink
 		if destination != nil {

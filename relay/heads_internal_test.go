@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -64,7 +65,7 @@ func TestHeadsClaim_DoesNotWalkTheRowsBehindHeadsInFlight(t *testing.T) {
 	// Their settle makes the second rows candidates; a claim leases them.
 	settled := make([]outcome, len(heads))
 	for i, h := range heads {
-		settled[i] = outcome{id: h.ID, seq: h.seq, attempt: h.Attempt, sink: "nats", kind: kindDelivered, key: h.Key}
+		settled[i] = outcome{id: h.ID, seq: h.seq, attempt: h.Attempt, sink: "nats", kind: kindDelivered, key: h.Key, keyed: true}
 	}
 	if err := r.settle(ctx, settled); err != nil {
 		t.Fatal(err)
@@ -132,7 +133,7 @@ func TestHeadsSettle_SeesTheMarksOfAClaimItWaitedFor(t *testing.T) {
 	first := batch[0]
 	settled := make(chan error, 1)
 	go func() {
-		settled <- r.settle(ctx, []outcome{{id: first.ID, seq: first.seq, attempt: first.Attempt, sink: "nats", kind: kindDelivered, key: "k"}})
+		settled <- r.settle(ctx, []outcome{{id: first.ID, seq: first.seq, attempt: first.Attempt, sink: "nats", kind: kindDelivered, key: "k", keyed: true}})
 	}()
 	waitfor.Condition(t, 10*time.Second, "the settle to wait for the claim's lock on the first row", func() bool {
 		var n int
@@ -189,5 +190,41 @@ func TestHeadsClaim_MarksOnlyBehindHeadsInFlightForLong(t *testing.T) {
 	}
 	if n := db.CountWhere(t, "messages", "waiting AND key = 'fresh'"); n != 2 {
 		t.Errorf("%d rows of fresh marked waiting after its head was in flight for %s, want 2", n, markWaitingAfter)
+	}
+}
+
+// TestHeadsSettle_TheEmptyKeyIsAKey: rows whose key is ” (not NULL) are a
+// key's rows like any other: the settle of their head, delivered by the
+// relay, makes the next one a candidate, though a message's Key is "" for
+// a row without a key too.
+func TestHeadsSettle_TheEmptyKeyIsAKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	db.SetMode(t, outbox.ModeOrdered)
+	r, m := orderedRelay(t, db)
+	m.markAfter = 0
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', convert_to('x' || i, 'UTF8'), '' FROM generate_series(1, 3) AS i`)
+	for i := 1; i <= 3; i++ {
+		batch, err := m.claim(ctx, anyRows(10))
+		if err != nil || len(batch) != 1 || string(batch[0].Payload) != fmt.Sprintf("x%d", i) {
+			t.Fatalf("claim %d leased %d rows, %v; want row x%d", i, len(batch), err, i)
+		}
+		if i == 1 {
+			// The claim after marks the rows behind the head in flight.
+			if _, err := m.claim(ctx, anyRows(10)); err != nil {
+				t.Fatal(err)
+			}
+			if n := db.CountWhere(t, "messages", "waiting"); n != 2 {
+				t.Fatalf("%d rows of key '' wait behind its head in flight, want 2", n)
+			}
+		}
+		c := batch[0]
+		if err := r.settle(ctx, []outcome{newOutcome(&c.Message, c.tag(), "nats")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := db.Count(t, "messages"); n != 0 {
+		t.Errorf("%d rows left", n)
 	}
 }

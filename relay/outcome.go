@@ -38,6 +38,7 @@ type outcome struct {
 	// The row's key, bucket, and the epoch it was claimed under (the
 	// settle's fence, where rows are claimed by bucket).
 	key    string
+	keyed  bool // the row has a key, the empty one included
 	bucket int32
 	epoch  int64
 }
@@ -77,18 +78,21 @@ func outcomeLabel(k outcomeKind) string {
 
 // claimTag is what a row's settle must present of the claim that leased
 // it: its claim_seq, and where rows are claimed by bucket, the bucket and
-// the epoch the relay owned it under.
+// the epoch the relay owned it under; and whether the row has a key (in
+// ordered mode, the settle of a keyed row makes its key's next row a
+// candidate).
 type claimTag struct {
 	seq    int32
 	bucket int32
 	epoch  int64
+	keyed  bool
 }
 
 // newOutcome returns the outcome of m, claimed under t, for sink, without
 // its kind.
 func newOutcome(m *sinks.Message, t claimTag, sink string) outcome {
 	return outcome{id: m.ID, seq: t.seq, attempt: m.Attempt, sink: sink, size: len(m.Payload),
-		key: m.Key, bucket: t.bucket, epoch: t.epoch}
+		key: m.Key, keyed: t.keyed, bucket: t.bucket, epoch: t.epoch}
 }
 
 // errorText is err as it is stored with a row: valid UTF-8 without NUL

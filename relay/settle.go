@@ -232,7 +232,9 @@ func (r *Relay) settleThen(ctx context.Context, stmt string, args pgx.StrictName
 	}
 	defer conn.Release()
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
+	// The protocol needs each statement's own snapshot, whatever the
+	// database's default isolation.
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	b.Queue(queryCustomPlans)
 	b.Queue(stmt, args)
 	b.Queue(r.settleSQL.then, r.idFloorArgs(pgx.StrictNamedArgs{"keys": keys}))
@@ -260,14 +262,15 @@ func (r *Relay) settleThen(ctx context.Context, stmt string, args pgx.StrictName
 	return nil
 }
 
-// deletedKeys returns the distinct keys of the rows items delete from the
-// table: delivered, skipped as duplicates, dead-lettered.
+// deletedKeys returns the distinct keys of the keyed rows items delete from
+// the table: delivered, skipped as duplicates, dead-lettered. The empty key
+// is a key.
 func deletedKeys(items []outcome) []string {
 	var keys []string
 	seen := map[string]bool{}
 	for i := range items {
 		o := &items[i]
-		if o.key == "" || seen[o.key] || (o.kind != kindDelivered && o.kind != kindDuplicate && o.kind != kindDead) {
+		if !o.keyed || seen[o.key] || (o.kind != kindDelivered && o.kind != kindDuplicate && o.kind != kindDead) {
 			continue
 		}
 		seen[o.key] = true

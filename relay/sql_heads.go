@@ -44,8 +44,9 @@ const unkeyedOnly = `
 // behind it are walked again rather than written twice (marked, then made
 // candidates again). A 1000-key backlog drained at half the speed with
 // every such row marked. A row whose older row is slower than that, or
-// backs off, is marked, so the rows behind a key cannot keep other keys'
-// heads out of the claims' walk for longer than @mark_after. A candidate is walked through
+// backs off, is marked, so the rows behind a key keep other keys' heads
+// out of the claims' walk for @mark_after at most, plus the claim loop's
+// pause when a claim found nothing and no settle woke it. A candidate is walked through
 // messages_heads_due_idx from the claim floor (@floor), skipping rows other
 // claims hold locked or leased and rows whose sink (@default_sink for rows
 // without a destination) is in @closed_sinks, each locked FOR NO KEY
@@ -125,10 +126,12 @@ const withXactID = `(SELECT pg_current_xact_id()) IS NOT NULL`
 
 // queryHeadsPromote makes the oldest waiting row of each of @keys a
 // candidate again: the settle runs it after deleting their heads, as a
-// statement of its own in the same transaction (the protocol above), which
-// has its id already. It looks the rows up from the id floor (ofKey) in
-// messages_waiting_idx, which holds only the rows that wait: most settles
-// find none there, and read a page or two. A candidate that an older row of its key still holds
+// statement of its own in the same READ COMMITTED transaction (the
+// protocol above). The transaction has its id from the delete, unless
+// every delete was dropped (lost leases): withXactID takes it first then.
+// It looks the rows up from the id floor (ofKey) in messages_waiting_idx,
+// which holds only the rows that wait: most settles find none there, and
+// read a page or two. A candidate that an older row of its key still holds
 // up (a settle dropped for a lost lease, a row committed late) is marked
 // waiting again by the next claim that walks it.
 var queryHeadsPromote = `
@@ -139,7 +142,7 @@ UPDATE {schema}.messages AS m
                 WHERE q.waiting AND ` + ofKey("q", "k.key") + `
                 ORDER BY q.key, q.id LIMIT 1)
          FROM unnest(@keys::text[]) AS k(key)))
-   AND m.waiting`
+   AND m.waiting AND ` + withXactID
 
 // queryHeadsRepair makes a candidate again each waiting row, up to @cap,
 // that no older row of its key holds up, and returns their keys. The

@@ -51,7 +51,13 @@ func (a *Admin) Cancel(ctx context.Context, opts CancelOptions) (CancelResult, e
 	}
 	topic, topicPattern := topicParams(opts.Topic)
 	args := []any{nullString(opts.Key), topic, topicPattern}
-	err := inTx(ctx, a.db, mutation(opts.DryRun), func(tx pgx.Tx) error {
+	txOpts := mutation(opts.DryRun)
+	if !opts.DryRun {
+		// The promotion below needs a snapshot of its own, taken after
+		// the delete (ordered mode's protocol, relay/sql_heads.go).
+		txOpts.IsoLevel = pgx.ReadCommitted
+	}
+	err := inTx(ctx, a.db, txOpts, func(tx pgx.Tx) error {
 		if opts.DryRun {
 			if err := tx.QueryRow(ctx, a.sql(queryMessagesCancelDry), args...).Scan(&res.Matched, &res.InFlight); err != nil {
 				return fmt.Errorf("count rows to cancel: %w", err)

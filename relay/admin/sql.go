@@ -409,20 +409,21 @@ WITH matched AS (
 SELECT (SELECT n FROM matched), (SELECT count(*) FROM dead),
        (SELECT coalesce(array_agg(DISTINCT key), '{}') FROM cancelled WHERE key IS NOT NULL)`
 
-// queryKeysPromote makes the oldest row of each key in $1 a candidate again
-// when it waits behind an older row of its key (ordered mode): Cancel runs
-// it after deleting rows, as a statement of its own, as the relay's settle
-// runs queryHeadsPromote (relay/sql_heads.go says why). The key's oldest
-// row is looked up from the smallest id. Its available_at moves to the
+// queryKeysPromote makes the oldest waiting row of each key in $1 a
+// candidate again (ordered mode): Cancel runs it after deleting rows, as a
+// statement of its own in a READ COMMITTED transaction, as the relay's
+// settle runs queryHeadsPromote, with the same rule (relay/sql_heads.go
+// says why). The waiting rows are looked up from the smallest id. Its available_at moves to the
 // clock's time at the earliest, as the relay's promotions move it (the claim
 // floor's rule; the transaction has its id from the delete).
 const queryKeysPromote = `
 UPDATE %[1]s.messages AS m
    SET waiting = false, available_at = greatest(m.available_at, clock_timestamp())
  WHERE m.id = ANY (ARRAY(
-       SELECT (SELECT o.id FROM %[1]s.messages AS o
-                WHERE o.key IS NOT NULL AND (o.key, o.id) >= (k.key, -9223372036854775808) AND (o.key, o.id) <= (k.key, 9223372036854775807)
-                ORDER BY o.key, o.id LIMIT 1)
+       SELECT (SELECT q.id FROM %[1]s.messages AS q
+                WHERE q.waiting AND q.key IS NOT NULL
+                  AND (q.key, q.id) >= (k.key, -9223372036854775808) AND (q.key, q.id) <= (k.key, 9223372036854775807)
+                ORDER BY q.key, q.id LIMIT 1)
          FROM unnest($1::text[]) AS k(key)))
    AND m.waiting`
 

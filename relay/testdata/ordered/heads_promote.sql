@@ -7,4 +7,4 @@ UPDATE "outbox".messages AS m
                   THEN -9223372036854775808 ELSE @id_floor::bigint END)) AND (q.key, q.id) <= (k.key, 9223372036854775807)
                 ORDER BY q.key, q.id LIMIT 1)
          FROM unnest(@keys::text[]) AS k(key)))
-   AND m.waiting
+   AND m.waiting AND (SELECT pg_current_xact_id()) IS NOT NULL
