@@ -2,10 +2,12 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ordered delivers the rows of a key one at a time, in insert order,
@@ -30,6 +32,14 @@ type ordered struct {
 // markWaitingAfter is how long a head's delivery may be under way before
 // the claims mark the rows behind it waiting (queryHeadsClaim).
 const markWaitingAfter = 100 * time.Millisecond
+
+// claimLockWait is the longest a claim of heads waits for a lock
+// (queryHeadsClaim's @lock_wait).
+const claimLockWait = 100 * time.Millisecond
+
+// lockNotAvailable is the SQLSTATE of a lock wait given up after
+// lock_timeout.
+const lockNotAvailable = "55P03"
 
 // headsRepairCap bounds the waiting rows one repair makes candidates.
 const headsRepairCap = 10_000
@@ -69,13 +79,20 @@ func (m *ordered) claimers() []claimer {
 func (m *ordered) headsClaimArgs(req claimRequest) pgx.StrictNamedArgs {
 	args := m.r.idFloorArgs(m.r.claimArgs(req))
 	args["mark_after"] = m.markAfter
+	args["lock_wait"] = fmt.Sprintf("%dms", claimLockWait.Milliseconds())
 	return args
 }
 
 // claim leases the heads among the due candidates and marks the others
-// waiting (queryHeadsClaim).
+// waiting (queryHeadsClaim). A claim that gave up a lock wait (it would
+// have waited for a settle that may wait for it) found nothing: the
+// settle wakes the loop when it is done.
 func (m *ordered) claim(ctx context.Context, req claimRequest) ([]claimed, error) {
 	batch, _, err := m.r.claimRows(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
+		m.r.log.Debug("a claim of heads gave up waiting for a row another transaction is changing", "err", err)
+		return nil, nil
+	}
 	return batch, err
 }
 

@@ -1,7 +1,10 @@
-WITH due AS MATERIALIZED (
+WITH patience AS MATERIALIZED (
+    SELECT set_config('lock_timeout', @lock_wait, true) AS lock_timeout
+), due AS MATERIALIZED (
     SELECT c.id, c.leased_by, c.available_at, octet_length(c.payload) AS size, c.key
       FROM "outbox".messages AS c
-     WHERE c.key IS NOT NULL AND NOT c.waiting
+     WHERE (SELECT lock_timeout FROM patience) IS NOT NULL
+       AND c.key IS NOT NULL AND NOT c.waiting
        AND c.available_at <= now()
        AND c.available_at >= @floor::timestamptz
        AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
