@@ -294,42 +294,23 @@ func (r *Relay) claimRows(ctx context.Context, stmt string, args pgx.StrictNamed
 }
 
 // claimInIndexOrder runs the claim statement stmt in a transaction whose
-// planner walks the indexes in order (queryClaimPlan), in one round trip:
-// BEGIN, the settings, the claim and COMMIT go in one pipeline. The rows
-// are returned only once the transaction committed: until then their
-// leases are not taken. A connection left in a failed transaction is
-// closed by the pool when released.
+// planner walks the indexes in order (queryClaimPlan), in one round trip
+// (inPipeline). The rows are returned only once the transaction
+// committed: until then their leases are not taken.
 func (r *Relay) claimInIndexOrder(ctx context.Context, stmt string, args pgx.StrictNamedArgs, limit int) (batch []claimed, held []heldKey, err error) {
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer conn.Release()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(r.q.claimPlan)
-	b.Queue(stmt, args)
-	b.Queue("COMMIT")
-	br := conn.SendBatch(ctx, b)
-	defer func() {
-		if cerr := br.Close(); err == nil && cerr != nil {
-			batch, held, err = nil, nil, cerr
-		}
-	}()
-	for range 2 {
+	err = r.inPipeline(ctx, "BEGIN", []pipelined{{sql: r.q.claimPlan}, {sql: stmt, args: args}}, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
-			return nil, nil, err
+			return err
 		}
-	}
-	rows, err := br.Query()
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		batch, held, err = r.readClaimed(rows, limit)
+		return err
+	})
 	if err != nil {
 		return nil, nil, err
-	}
-	if batch, held, err = r.readClaimed(rows, limit); err != nil {
-		return nil, nil, err
-	}
-	if _, err := br.Exec(); err != nil {
-		return nil, nil, fmt.Errorf("commit: %w", err)
 	}
 	return batch, held, nil
 }

@@ -394,8 +394,20 @@ func (r *Relay) refreshFloor(ctx context.Context) error {
 	var last *int64
 	var sequential *bool
 	var oldest pgtype.Timestamptz
-	err := r.queryInIndexOrder(ctx, r.q.floor, pgx.StrictNamedArgs{"start": start, "start_id": from.id},
-		&rd.start, &snap, &last, &mark, &sequential, &oldest, &rd.oldestID)
+	// The lookups of the oldest rows at or above the last floors walk
+	// their indexes in order (queryClaimPlan). Planned for statistics
+	// taken while the table was nearly empty, each read every entry above
+	// the floor with a bitmap scan before sorting them (under a pinned
+	// horizon, every dead one): in ordered mode through messages_key_idx,
+	// whose predicate the lookup implies, 85,000 buffers and 1.6 s per
+	// refresh, every 100 ms; 5 ms walked in order.
+	args := pgx.StrictNamedArgs{"start": start, "start_id": from.id}
+	err := r.inPipeline(ctx, "BEGIN", []pipelined{{sql: r.q.claimPlan}, {sql: r.q.floor, args: args}}, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		return br.QueryRow().Scan(&rd.start, &snap, &last, &mark, &sequential, &oldest, &rd.oldestID)
+	})
 	if err != nil {
 		return fmt.Errorf("refresh claim floor: %w", err)
 	}
@@ -418,47 +430,5 @@ func (r *Relay) refreshFloor(ctx context.Context) error {
 		lag = 0
 	}
 	r.metrics.ClaimFloorLag.Set(lag.Seconds())
-	return nil
-}
-
-// queryInIndexOrder runs stmt, a statement that returns one row, with args,
-// into dest, in a transaction whose planner walks the indexes in order
-// (queryClaimPlan), in one round trip: BEGIN, the settings, the statement
-// and COMMIT go in one pipeline. The floor's lookups of the oldest row at
-// or above the last floor need it: planned for statistics taken while the
-// table was nearly empty, each read every entry above the floor with a
-// bitmap scan before sorting them (under a pinned horizon, every dead
-// one): in ordered mode through messages_key_idx, whose predicate the
-// lookup implies, 85,000 buffers and 1.6 s per refresh, every 100 ms; 5 ms
-// walked in order. A connection left in a failed transaction is closed by
-// the pool when released.
-func (r *Relay) queryInIndexOrder(ctx context.Context, stmt string, args pgx.StrictNamedArgs, dest ...any) (err error) {
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(r.q.claimPlan)
-	b.Queue(stmt, args)
-	b.Queue("COMMIT")
-	br := conn.SendBatch(ctx, b)
-	defer func() {
-		if cerr := br.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-	}
-	if err := br.QueryRow().Scan(dest...); err != nil {
-		return err
-	}
-	if _, err := br.Exec(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
 	return nil
 }

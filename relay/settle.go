@@ -218,48 +218,30 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 }
 
 // settleThen runs the settle statement stmt, then the mode's statement
-// that follows it (settleStatements.then) for keys, in one transaction and
-// one round trip: BEGIN, the plan setting, both statements and COMMIT go in
-// one pipeline. Each statement takes its own snapshot, so the second sees
-// what committed while the first waited on locks. Both are planned for
-// their arguments, as planPerExecution plans the settle alone. A
-// connection left in a failed transaction is closed by the pool when
-// released.
-func (r *Relay) settleThen(ctx context.Context, stmt string, args pgx.StrictNamedArgs, dest []any, keys []string) (err error) {
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return err
+// that follows it (settleStatements.then) for keys, in one READ COMMITTED
+// transaction and one round trip (inPipeline): each statement takes its
+// own snapshot, so the second sees what committed while the first waited
+// on locks, whatever the database's default isolation. Both are planned
+// for their arguments (queryCustomPlans), as planPerExecution plans the
+// settle alone.
+func (r *Relay) settleThen(ctx context.Context, stmt string, args pgx.StrictNamedArgs, dest []any, keys []string) error {
+	stmts := []pipelined{
+		{sql: queryCustomPlans},
+		{sql: stmt, args: args},
+		{sql: r.settleSQL.then, args: r.idFloorArgs(pgx.StrictNamedArgs{"keys": keys})},
 	}
-	defer conn.Release()
-	b := &pgx.Batch{}
-	// The protocol needs each statement's own snapshot, whatever the
-	// database's default isolation.
-	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-	b.Queue(queryCustomPlans)
-	b.Queue(stmt, args)
-	b.Queue(r.settleSQL.then, r.idFloorArgs(pgx.StrictNamedArgs{"keys": keys}))
-	b.Queue("COMMIT")
-	br := conn.SendBatch(ctx, b)
-	defer func() {
-		if cerr := br.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
-	for range 2 {
+	return r.inPipeline(ctx, "BEGIN ISOLATION LEVEL READ COMMITTED", stmts, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-	}
-	if err := br.QueryRow().Scan(dest...); err != nil {
-		return err
-	}
-	if _, err := br.Exec(); err != nil {
-		return fmt.Errorf("after the settle: %w", err)
-	}
-	if _, err := br.Exec(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
+		if err := br.QueryRow().Scan(dest...); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("after the settle: %w", err)
+		}
+		return nil
+	})
 }
 
 // deletedKeys returns the distinct keys of the keyed rows items delete from

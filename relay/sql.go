@@ -304,9 +304,9 @@ SELECT now(), pg_current_snapshot()::text,
 // analyzed nearly empty), which is most of the time. Off is a penalty, not
 // a ban: a plan with no other way still runs. Sorts stay on: with them off
 // the same claim's update took 338 ms. The statements that follow run as
-// prepared statements (pipelines: claimInIndexOrder, queryInIndexOrder),
-// and each is planned for its arguments and these settings, as
-// planPerExecution plans a statement alone, rather than once for all.
+// prepared statements (inPipeline: claims behind a backlog, floor
+// refreshes), and each is planned for its arguments and these settings,
+// as planPerExecution plans a statement alone, rather than once for all.
 const queryClaimPlan = `
 SELECT set_config('enable_bitmapscan', 'off', true),
        set_config('enable_seqscan', 'off', true),
@@ -523,8 +523,8 @@ type queries struct {
 	relaysHeartbeat, relaysRestart, relaysLeave, relaysForget string
 	deleteExpiredArchive, deleteExpiredKeys                   string
 	backlog, tableHealth, autovacuum, horizonAge              string
-	// floor is rendered for every mode's claims (renderQueries), then for
-	// the relay's mode (New: mode.oldestClaimable).
+	// floor is rendered for the relay's mode (New: renderFloor with the
+	// mode's oldestClaimable).
 	floor, claimStats, claimPlan string
 }
 
@@ -547,7 +547,6 @@ func renderQueries(schema string) queries {
 		tableHealth:          f(queryTableHealth),
 		autovacuum:           f(queryAutovacuum),
 		horizonAge:           f(queryHorizonAge),
-		floor:                renderFloor(schema, oldestRow),
 		claimPlan:            f(queryClaimPlan),
 		claimStats:           f(queryClaimStats),
 	}
