@@ -179,19 +179,28 @@ func TestTracing_LinksAreCappedAt128PerSpan(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	tp, rec := recorder(t)
-	insertTraced(t, b, "events.bulk", 1, 200)
+	// Two claim loops may split the rows between their claims (each skips
+	// the rows the other locked): with 2,000 rows some span holds more
+	// than 128 of them however they are split.
+	insertTraced(t, b, "events.bulk", 1, 2000)
 	cfg := b.config(t)
 	cfg.TracerProvider = tp
 	start(t, b, cfg)
-	spans := ended(t, rec, 200, delivered)
-	if len(spans) != 1 {
-		t.Fatalf("%d spans for 200 rows claimed together, want 1", len(spans))
+	spans := ended(t, rec, 2000, delivered)
+	over := 0
+	for _, s := range spans {
+		a := attrs(s.Attributes())
+		n := max(a["messaging.batch.message_count"].AsInt64(), 1)
+		if n > 128 {
+			over++
+		}
+		if want := min(n, 128); int64(len(s.Links())) != want || a["outbox_relay.links_dropped"].AsInt64() != n-want {
+			t.Errorf("a span of %d messages has %d links, links_dropped %s: want %d, %d",
+				n, len(s.Links()), a["outbox_relay.links_dropped"].Emit(), want, n-want)
+		}
 	}
-	s := spans[0]
-	a := attrs(s.Attributes())
-	if len(s.Links()) != 128 || a["outbox_relay.links_dropped"].AsInt64() != 72 || a["messaging.batch.message_count"].AsInt64() != 200 {
-		t.Errorf("%d links, links_dropped %s, batch count %s: want 128, 72, 200",
-			len(s.Links()), a["outbox_relay.links_dropped"].Emit(), a["messaging.batch.message_count"].Emit())
+	if over == 0 {
+		t.Errorf("no span of more than 128 messages among %d spans", len(spans))
 	}
 }
 
