@@ -295,10 +295,12 @@ func (r *Relay) claimRows(ctx context.Context, stmt string, args pgx.StrictNamed
 
 // claimInIndexOrder runs the claim statement stmt in a transaction whose
 // planner walks the indexes in order (queryClaimPlan), in one round trip
-// (inPipeline). The rows are returned only once the transaction
-// committed: until then their leases are not taken.
+// (inPipeline), READ COMMITTED whatever the database's default: a claim's
+// locks take the latest version of a row another transaction changed. The
+// rows are returned only once the transaction committed: until then their
+// leases are not taken.
 func (r *Relay) claimInIndexOrder(ctx context.Context, stmt string, args pgx.StrictNamedArgs, limit int) (batch []claimed, held []heldKey, err error) {
-	err = r.inPipeline(ctx, "BEGIN", []pipelined{{sql: r.q.claimPlan}, {sql: stmt, args: args}}, func(br pgx.BatchResults) error {
+	err = r.inPipeline(ctx, "BEGIN ISOLATION LEVEL READ COMMITTED", []pipelined{{sql: r.q.claimPlan}, {sql: stmt, args: args}}, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}

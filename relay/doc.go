@@ -70,17 +70,20 @@
 // # Ordered mode
 //
 // In ordered mode (ordered.go), a keyed row is claimed only as its key's
-// head, its oldest row, so at most one row per key is in flight across
-// relays. Claims walk the candidates (keyed rows not marked waiting) that
-// are due, through an index that holds only them: of each key they lease
-// the oldest row, and they mark the others waiting, out of that index,
-// while holding a KEY SHARE lock on the older row (once that row backs off
-// or has been in flight for markWaitingAfter). The settle that deletes
-// a head (delivered or dead-lettered) then makes the key's next row a
-// candidate, in a statement of its own that sees every mark made behind
-// the head, and wakes the head claimers, so a key's next row goes as soon
-// as the previous one is settled. A head that backs off keeps the rows
-// behind it waiting with one write to itself. Rows without a key are
+// head, its oldest row, or in the head's run: the rows that follow it in
+// the same claim, which only the claim holding the head can take, and
+// which deliverInKeyOrder sends one after the other; so at most one row
+// per key is at a sink at a time, across relays. Claims walk the
+// candidates (keyed rows not marked waiting) that are due, through an
+// index that holds only them: of each key they lease the oldest row with
+// its run, and they mark the others waiting, out of that index, while
+// holding a KEY SHARE lock on the older row (once that row backs off or
+// has been in flight for markWaitingAfter). The settle that deletes a
+// key's rows (delivered or dead-lettered) then makes the key's next
+// waiting row a candidate, in a statement of its own that sees every mark
+// made behind them, and wakes the head claimers, so a key's next rows go as
+// soon as the previous ones are settled. A head that backs off keeps the
+// rows behind it waiting with one write to itself. Rows without a key are
 // claimed by a loop of their own, from an index that holds only them.
 // sql_heads.go has the protocol and why no row is left waiting behind
 // nothing.

@@ -51,8 +51,11 @@ import (
 // once, and the next refresh walks up from there. Its rows wait at most a
 // refresh longer. Rows written without the guards (a session with
 // session_replication_role = replica skips triggers) may break the rule:
-// every floorRescanEvery a refresh starts at the oldest row, so such a row
-// waits that long at most.
+// every floorRescanEvery a rescan reads the oldest row, and the next
+// refresh lowers the floors to it (floor_rescan.go), so such a row waits
+// that long at most; or, while a rescan takes longer than a
+// floorRescanShare-th of that, floorRescanShare times as long as the last
+// rescan took.
 //
 // The id floor: an id below which no row can be pending or become
 // visible, from which the lookups of a key's oldest row start (ofKey), so
@@ -77,17 +80,20 @@ import (
 // claims find rows and every floorIdleEvery otherwise, or once every
 // floorIdleClaims claims of an idle relay that backs off
 // (Config.IdlePollInterval): an idle relay costs one statement a second
-// more at most, so that a claim never waits for one (a
-// rescan under a pinned horizon walks every dead entry); a claim uses the
+// more at most, so that a claim never waits for one (a refresh from the
+// oldest row under a pinned horizon walks every dead entry); a claim uses the
 // floor as it is, as any floor the relay computed stays safe, only less
-// useful, while it ages. Each refresh takes a transaction id, which a
-// claim does as well.
+// useful, while it ages. Each refresh takes a transaction id, as a claim
+// that leases rows does.
 
 const (
 	floorEvery       = 100 * time.Millisecond
 	floorIdleEvery   = time.Second
 	floorPatience    = time.Second
 	floorRescanEvery = time.Minute
+	// floorRescanShare is how many times as long as the last rescan
+	// took the next one waits at least (floorRescanEvery otherwise).
+	floorRescanShare = 100
 	// floorIdleClaims is how many of an idle relay's claim pauses
 	// (Config.IdlePollInterval) go by between the floor's refreshes: a
 	// stale floor is as safe, and the first claim that finds rows makes
@@ -111,6 +117,13 @@ type claimFloor struct {
 	// times and marks, the latest last.
 	refreshed, rescanned time.Time
 	marks                []floorMark
+	// rescanTook is how long the last rescan took; rescanning is set
+	// while one runs; rescanAt and rescanID, when set, are the oldest row
+	// it read, which the next refresh lowers the floors to.
+	rescanTook time.Duration
+	rescanning bool
+	rescanAt   *time.Time
+	rescanID   *int64
 	// seen holds the transactions in progress at the last refresh, with
 	// the earliest time each one may have had its id and the smallest row
 	// id it may hold (the zero time and the smallest bigint when it was in
@@ -120,8 +133,11 @@ type claimFloor struct {
 	busy bool
 	// passed holds the transactions in progress at the last refresh that
 	// did not hold the floors back (older than floorPatience, or older
-	// than the first refresh), as text: claims check whether they ended.
-	passed []string
+	// than the first refresh), as text: claims check whether they ended;
+	// passedIDs holds, for each, the smallest row id it may hold (the id
+	// floor goes back there when it ends).
+	passed    []string
+	passedIDs []int64
 }
 
 // newFloor returns a claim floor before its first refresh.
@@ -135,7 +151,7 @@ func newFloor() *claimFloor {
 // sequence's value, read before the mark, plus one; the smallest bigint
 // when the sequence cannot tell), and the oldest row it sees at or above
 // the floor it started from, by time and by id (none: an empty table
-// above it).
+// above it); and how long it took, by the relay's clock.
 type floorRead struct {
 	start    time.Time
 	snapshot pgSnapshot
@@ -143,6 +159,7 @@ type floorRead struct {
 	next     int64
 	oldest   *time.Time
 	oldestID *int64
+	took     time.Duration
 }
 
 // floorMark is a refresh's start time, mark and next id: a transaction
@@ -223,18 +240,26 @@ func (f *claimFloor) current() pgtype.Timestamptz {
 // (the smallest bigint before the first refresh) and the transactions it
 // passed while they were in progress (passed).
 func (f *claimFloor) currentID() (int64, []string) {
+	id, passed, _ := f.currentIDs()
+	return id, passed
+}
+
+// currentIDs returns the id floor, the transactions it passed, and the
+// smallest row id each of them may hold.
+func (f *claimFloor) currentIDs() (int64, []string, []int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.known {
-		return math.MinInt64, []string{}
+		return math.MinInt64, []string{}, []int64{}
 	}
-	return f.id, f.passed
+	return f.id, f.passed, f.passedIDs
 }
 
-// idFloorArgs adds to args what ofKey's lookups take: the id floor and the
-// transactions it passed (idFloor), and returns args.
+// idFloorArgs adds to args what ofKey's lookups take: the id floor, the
+// transactions it passed and the smallest row ids they may hold (idFloor),
+// and returns args.
 func (r *Relay) idFloorArgs(args pgx.StrictNamedArgs) pgx.StrictNamedArgs {
-	args["id_floor"], args["passed_writers"] = r.floor.currentID()
+	args["id_floor"], args["passed_writers"], args["passed_ids"] = r.floor.currentIDs()
 	return args
 }
 
@@ -247,8 +272,8 @@ func (f *claimFloor) found() {
 
 // due reports whether a refresh is due at now, and the floors it starts
 // from: -infinity and the smallest bigint (ok false) for the first refresh
-// and for a rescan. (An id floor at the smallest bigint starts from there
-// too, without a rescan by time.)
+// and after one that found no floor. (An id floor at the smallest bigint
+// starts from there too.)
 func (f *claimFloor) due(now time.Time, idle time.Duration) (refresh bool, from txSince, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -259,7 +284,7 @@ func (f *claimFloor) due(now time.Time, idle time.Duration) (refresh bool, from 
 	if f.known && now.Sub(f.refreshed) < every {
 		return false, txSince{}, false
 	}
-	if !f.known || f.at.IsZero() || now.Sub(f.rescanned) >= floorRescanEvery {
+	if !f.known || f.at.IsZero() {
 		return true, txSince{id: math.MinInt64}, false
 	}
 	return true, txSince{at: f.at, id: f.id}, true
@@ -295,6 +320,13 @@ func (f *claimFloor) advance(now time.Time, from txSince, fromKnown bool, rd flo
 	if rd.oldestID != nil {
 		lowerID(*rd.oldestID)
 	}
+	if f.rescanAt != nil {
+		lowerAt(*f.rescanAt)
+	}
+	if f.rescanID != nil {
+		lowerID(*f.rescanID)
+	}
+	f.rescanAt, f.rescanID = nil, nil
 	inProgress := make(map[uint64]bool, len(rd.snapshot.xip))
 	for _, x := range rd.snapshot.xip {
 		inProgress[x] = true
@@ -317,7 +349,7 @@ func (f *claimFloor) advance(now time.Time, from txSince, fromKnown bool, rd flo
 	// Transactions in progress now, listed: young ones hold the floor
 	// back; an old one (any time is old) sends it back when it ends, and
 	// until then claims check whether it did.
-	passed := []string{}
+	passed, passedIDs := []string{}, []int64{}
 	for x := range inProgress {
 		since, ok := f.seen[x]
 		if !ok {
@@ -329,9 +361,10 @@ func (f *claimFloor) advance(now time.Time, from txSince, fromKnown bool, rd flo
 			lowerID(since.id)
 		} else {
 			passed = append(passed, strconv.FormatUint(x, 10))
+			passedIDs = append(passedIDs, since.id)
 		}
 	}
-	f.passed = passed
+	f.passed, f.passedIDs = passed, passedIDs
 	f.at, f.id, f.known = floor.at, floor.id, true
 	f.marks = append(f.marks, floorMark{start: rd.start, mark: rd.mark, next: rd.next})
 	if len(f.marks) > 2 {
@@ -339,7 +372,7 @@ func (f *claimFloor) advance(now time.Time, from txSince, fromKnown bool, rd flo
 	}
 	f.refreshed, f.busy = now, false
 	if !fromKnown {
-		f.rescanned = now
+		f.rescanned, f.rescanTook = now, rd.took
 	}
 	return floor.at
 }
@@ -402,6 +435,7 @@ func (r *Relay) refreshFloor(ctx context.Context) error {
 	// whose predicate the lookup implies, 85,000 buffers and 1.6 s per
 	// refresh, every 100 ms; 5 ms walked in order.
 	args := pgx.StrictNamedArgs{"start": start, "start_id": from.id}
+	began := time.Now()
 	err := r.inPipeline(ctx, "BEGIN", []pipelined{{sql: r.q.claimPlan}, {sql: r.q.floor, args: args}}, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
@@ -411,6 +445,7 @@ func (r *Relay) refreshFloor(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("refresh claim floor: %w", err)
 	}
+	rd.took = time.Since(began)
 	rd.next = math.MinInt64
 	if last != nil && sequential != nil && *sequential && *last < math.MaxInt64 {
 		rd.next = *last + 1

@@ -115,8 +115,8 @@ func TestClaimFloor_AdvanceIDs(t *testing.T) {
 	step("450 young", true, floorRead{start: at(500), snapshot: snap(450), mark: 600, next: 1000}, 800)
 	p := int(floorPatience / time.Millisecond)
 	step("450 old", true, floorRead{start: at(500 + p), snapshot: snap(450), mark: 700, next: 1100}, 1000)
-	if _, passed := f.currentID(); len(passed) != 1 || passed[0] != "450" {
-		t.Errorf("450 old: passed = %v, want [450]: claims must check whether it ended", passed)
+	if _, passed, ids := f.currentIDs(); len(passed) != 1 || passed[0] != "450" || len(ids) != 1 || ids[0] != 800 {
+		t.Errorf("450 old: passed = %v with ids %v, want [450] with [800]: claims must check whether it ended, and look up from 800 if it did", passed, ids)
 	}
 	step("450 older", true, floorRead{start: at(600 + p), snapshot: snap(450), mark: 800, next: 1200}, 1100)
 	// When it ends, the floor goes back to its ids, once.
@@ -149,7 +149,39 @@ func TestClaimFloor_Due(t *testing.T) {
 	if refresh, from, known := f.due(t0.Add(floorEvery), 0); !refresh || !known || !from.at.Equal(t0.Add(-floorIdleEvery)) || from.id != 10 {
 		t.Errorf("busy: due = %v, %v, %v; want a refresh from the floor", refresh, from, known)
 	}
-	if refresh, _, known := f.due(t0.Add(-floorIdleEvery).Add(floorRescanEvery), 0); !refresh || known {
-		t.Errorf("after floorRescanEvery: due = %v, %v; want a rescan from the oldest row", refresh, known)
+	// Rescans are the rescan loop's, beside the refreshes (floor_rescan.go).
+	if refresh, _, known := f.due(t0.Add(-floorIdleEvery).Add(floorRescanEvery), 0); !refresh || !known {
+		t.Errorf("after floorRescanEvery: due = %v, %v; want a refresh from the floor", refresh, known)
+	}
+	if f.rescanDue(t0.Add(-floorIdleEvery).Add(floorRescanEvery / 2)) {
+		t.Error("a rescan is due half a floorRescanEvery after the first refresh")
+	}
+	t1 := t0.Add(-floorIdleEvery).Add(floorRescanEvery)
+	if !f.rescanDue(t1) || f.rescanDue(t1) {
+		t.Fatal("after floorRescanEvery: want one rescan due, and no other while it runs")
+	}
+	// A rescan that took 3 s (a pinned horizon's dead entries) is the
+	// last for 300 s, not 60; the next refresh lowers the floors to the
+	// oldest row it read.
+	oldest, oldestID := t0.Add(-time.Hour), int64(5)
+	f.rescanDone(t1, 3*time.Second, &oldest, &oldestID)
+	if f.rescanDue(t1.Add(300 * time.Second)) {
+		t.Error("a rescan is due with no refresh since the last (an idle outbox's refreshes back off)")
+	}
+	f.found()
+	_, from, _ := f.due(t1, 0)
+	f.advance(t1.Add(time.Second), from, true, floorRead{start: t1, snapshot: pgSnapshot{xmin: 3, xmax: 3}, mark: 3, next: 30})
+	if !f.at.Equal(oldest) || f.id != oldestID {
+		t.Errorf("after a rescan read the oldest row at %v (id %d), the floors are %v and %d", oldest, oldestID, f.at, f.id)
+	}
+	if f.rescanDue(t1.Add(299 * time.Second)) {
+		t.Error("a rescan is due 299 s after one that took 3 s")
+	}
+	if !f.rescanDue(t1.Add(300 * time.Second)) {
+		t.Error("no rescan is due 300 s after one that took 3 s")
+	}
+	f.advance(t1.Add(time.Second), txSince{at: f.at, id: f.id}, true, floorRead{start: t1.Add(time.Second), snapshot: pgSnapshot{xmin: 3, xmax: 3}, mark: 4, next: 40})
+	if f.at.Equal(oldest) {
+		t.Error("the refresh after the next still lowers the floor to the rescan's row")
 	}
 }

@@ -48,6 +48,7 @@ func goldenStatements() map[string]map[string]string {
 			"gauge_backlog": o.backlog,
 			"gauge_keys":    o.blocked,
 			"floor":         ro.q.floor,
+			"floor_rescan":  ro.q.floorRescan,
 		},
 		"partitioned": partitioned,
 		"shared": {
@@ -67,6 +68,7 @@ func goldenStatements() map[string]map[string]string {
 			"autovacuum":             q.autovacuum,
 			"gauge_horizon":          q.horizonAge,
 			"floor":                  q.floor,
+			"floor_rescan":           q.floorRescan,
 			"measure_claim":          q.claimStats,
 			"plan_claims":            q.claimPlan,
 		},

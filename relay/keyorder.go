@@ -8,9 +8,10 @@ import (
 )
 
 // deliverInKeyOrder sends d keeping each key's order, for a mode whose
-// claims take a key's rows together, oldest first (queryBucketsClaim): it
-// sends in waves, the first holding every row without a key and the oldest
-// row of each key, each next one the following row of every key whose
+// claims take a key's rows together, oldest first (queryBucketsClaim, and
+// queryHeadsClaim's runs): it sends in waves, the first holding every row
+// without a key (a row whose key is ” has one: claimTag.keyed) and the
+// oldest row of each key, each next one the following row of every key whose
 // previous row was delivered (or dead-lettered, which ends its hold on the
 // key). A key's next row thus goes out as soon as the previous one is
 // acknowledged, and the settles follow behind, batched. When a row is to
@@ -21,7 +22,7 @@ func deliverInKeyOrder(ctx context.Context, d *delivery) {
 	queued := map[string][]int{}
 	var wave []int
 	for i := range d.msgs {
-		if k := d.msgs[i].Key; k == "" {
+		if k := d.msgs[i].Key; !d.tags[i].keyed {
 			wave = append(wave, i)
 		} else if q, ok := queued[k]; ok {
 			queued[k] = append(q, i)
@@ -48,7 +49,7 @@ func deliverInKeyOrder(ctx context.Context, d *delivery) {
 		for _, i := range wave {
 			k := d.msgs[i].Key
 			q := queued[k]
-			if k == "" || len(q) == 0 {
+			if !d.tags[i].keyed || len(q) == 0 {
 				continue
 			}
 			switch {

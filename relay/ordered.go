@@ -12,10 +12,12 @@ import (
 
 // ordered delivers the rows of a key one at a time, in insert order,
 // across relays: a keyed row is claimed only as its key's head, its oldest
-// row (queryHeadsClaim), and the rows behind a head in flight wait out of
-// the claims' way until its settle makes the next one a candidate
-// (sql_heads.go has the protocol). Rows without a key are claimed by a
-// loop of their own and never held up. See doc.go.
+// row, or in the head's run, the rows that follow it in the same claim
+// (queryHeadsClaim), which go out one after the other (deliverInKeyOrder);
+// the rows behind a key in flight wait out of the claims' way until its
+// settle makes the next one a candidate (sql_heads.go has the protocol).
+// Rows without a key are claimed by a loop of their own and never held up.
+// See doc.go.
 type ordered struct {
 	r                             *Relay
 	claimUnkeyed, claimHeads      string
@@ -40,6 +42,11 @@ const claimLockWait = 100 * time.Millisecond
 // lockNotAvailable is the SQLSTATE of a lock wait given up after
 // lock_timeout.
 const lockNotAvailable = "55P03"
+
+// headsWalkShare is the share of a claim's rows (claimRequest.limit) that
+// its walk of candidates takes at most (@walk): the heads among them, then
+// their runs, fill the claim.
+const headsWalkShare = 4
 
 // headsRepairCap bounds the waiting rows one repair makes candidates.
 const headsRepairCap = 10_000
@@ -69,7 +76,7 @@ func newOrdered(r *Relay) *ordered {
 // claimers returns two loops that claim the heads of keys, woken by
 // settles, and one for the rows without a key.
 func (m *ordered) claimers() []claimer {
-	heads := claimer{what: "heads of keys", claim: m.claim, wake: m.wake, batch: max(m.r.cfg.BatchSize/4, 1)}
+	heads := claimer{what: "heads of keys", claim: m.claim, wake: m.wake}
 	second := heads
 	second.follower = true
 	return []claimer{heads, second, {what: "rows without a key", claim: m.r.claimWith(m.claimUnkeyed)}}
@@ -78,16 +85,24 @@ func (m *ordered) claimers() []claimer {
 // headsClaimArgs returns the arguments of queryHeadsClaim for req.
 func (m *ordered) headsClaimArgs(req claimRequest) pgx.StrictNamedArgs {
 	args := m.r.idFloorArgs(m.r.claimArgs(req))
+	args["walk"] = max(req.limit/headsWalkShare, 1)
 	args["mark_after"] = m.markAfter
 	args["lock_wait"] = fmt.Sprintf("%dms", claimLockWait.Milliseconds())
 	return args
 }
 
-// claim leases the heads among the due candidates and marks the others
-// waiting (queryHeadsClaim). A claim that gave up a lock wait (it would
+// claim leases the heads among the due candidates, with their runs, and
+// marks the others waiting (queryHeadsClaim). A claim that gave up a lock wait (it would
 // have waited for a settle that may wait for it) found nothing: the
 // settle wakes the loop when it is done.
 func (m *ordered) claim(ctx context.Context, req claimRequest) ([]claimed, error) {
+	// Always with the claim's plan (claimInIndexOrder), not only behind a
+	// full batch: the lookups of each key's oldest row and run must walk
+	// messages_key_idx in order and stop. Planned on a hot table's stale
+	// statistics, each was a bitmap scan that read and sorted all of its
+	// key's rows: with 100 keys 367 rows deep under a pinned horizon, 37k
+	// buffers and 1.5 s a claim, which leased nothing while the backlog grew.
+	req.backlog = true
 	batch, _, err := m.r.claimRows(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
 		m.r.log.Debug("a claim of heads gave up waiting for a row another transaction is changing", "err", err)
@@ -96,7 +111,8 @@ func (m *ordered) claim(ctx context.Context, req claimRequest) ([]claimed, error
 	return batch, err
 }
 
-func (m *ordered) deliver(ctx context.Context, d *delivery) { d.all(ctx) }
+// deliver sends a key's run one row after the other.
+func (m *ordered) deliver(ctx context.Context, d *delivery) { deliverInKeyOrder(ctx, d) }
 
 func (m *ordered) settleStatements() settleStatements { return m.settle }
 

@@ -116,7 +116,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		r.sinkTraces = newSinkTraces(cfg)
 	}
 	r.mode = newMode(r)
-	r.q.floor = renderFloor(cfg.Schema, r.mode.oldestClaimable())
+	r.q.floor, r.q.floorRescan = renderFloor(cfg.Schema, r.mode.oldestClaimable())
 	r.settleSQL = r.mode.settleStatements()
 	r.claimHealth = make([]claimHealth, len(r.mode.claimers()))
 	r.settleHealth = &settleHealth{refusedFor: 2 * cfg.Lease}
@@ -164,6 +164,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	var background sync.WaitGroup
 	background.Go(func() { r.statsLoop(runCtx) })
 	background.Go(func() { r.floorLoop(runCtx) })
+	background.Go(func() { r.rescanLoop(runCtx) })
 	background.Go(func() { r.retentionLoop(runCtx) })
 	background.Go(func() { r.failures.loop(runCtx) })
 	if r.notify != nil {

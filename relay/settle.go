@@ -187,8 +187,8 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 		maps.Copy(args, requeue.args())
 		maps.Copy(args, deadLetter.args())
 	}
-	if keys := deletedKeys(items); r.settleSQL.then != "" && len(keys) > 0 {
-		err = r.settleThen(ctx, stmt, args, dest, keys)
+	if keys, after := deletedKeys(items); r.settleSQL.then != "" && len(keys) > 0 {
+		err = r.settleThen(ctx, stmt, args, dest, pgx.StrictNamedArgs{"keys": keys, "after": after})
 	} else {
 		err = r.pool.QueryRow(ctx, stmt, planPerExecution, args).Scan(dest...)
 	}
@@ -224,11 +224,11 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 // on locks, whatever the database's default isolation. Both are planned
 // for their arguments (queryCustomPlans), as planPerExecution plans the
 // settle alone.
-func (r *Relay) settleThen(ctx context.Context, stmt string, args pgx.StrictNamedArgs, dest []any, keys []string) error {
+func (r *Relay) settleThen(ctx context.Context, stmt string, args pgx.StrictNamedArgs, dest []any, thenArgs pgx.StrictNamedArgs) error {
 	stmts := []pipelined{
 		{sql: queryCustomPlans},
 		{sql: stmt, args: args},
-		{sql: r.settleSQL.then, args: r.idFloorArgs(pgx.StrictNamedArgs{"keys": keys})},
+		{sql: r.settleSQL.then, args: thenArgs},
 	}
 	return r.inPipeline(ctx, "BEGIN ISOLATION LEVEL READ COMMITTED", stmts, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
@@ -245,20 +245,24 @@ func (r *Relay) settleThen(ctx context.Context, stmt string, args pgx.StrictName
 }
 
 // deletedKeys returns the distinct keys of the keyed rows items delete from
-// the table: delivered, skipped as duplicates, dead-lettered. The empty key
-// is a key.
-func deletedKeys(items []outcome) []string {
-	var keys []string
-	seen := map[string]bool{}
+// the table (delivered, skipped as duplicates, dead-lettered), and the
+// smallest id items delete of each. The empty key is a key.
+func deletedKeys(items []outcome) (keys []string, smallest []int64) {
+	at := map[string]int{}
 	for i := range items {
 		o := &items[i]
-		if !o.keyed || seen[o.key] || (o.kind != kindDelivered && o.kind != kindDuplicate && o.kind != kindDead) {
+		if !o.keyed || (o.kind != kindDelivered && o.kind != kindDuplicate && o.kind != kindDead) {
 			continue
 		}
-		seen[o.key] = true
+		if j, ok := at[o.key]; ok {
+			smallest[j] = min(smallest[j], o.id)
+			continue
+		}
+		at[o.key] = len(keys)
 		keys = append(keys, o.key)
+		smallest = append(smallest, o.id)
 	}
-	return keys
+	return keys, smallest
 }
 
 // count adds the outcomes that were written down to

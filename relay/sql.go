@@ -117,13 +117,19 @@ const noBucket = "0"
 // rows are claimed by bucket, noBucket elsewhere, which need not pay for it
 // on every row). It writes no indexed column, so the update is HOT.
 func leaseRows(from, bucket string) string {
+	return leaseRowsAlso(from, bucket, "", "")
+}
+
+// leaseRowsAlso is leaseRows with more assignments (set, starting with a
+// comma) and a further condition (where, starting with AND).
+func leaseRowsAlso(from, bucket, set, where string) string {
 	return `
     UPDATE {schema}.messages AS m
        SET attempts = ` + nextAttempt + `,
            claim_seq = ` + nextClaimSeq + `,
            leased_by = @relay_id,
-           leased_until = now() + @lease::interval
-     WHERE m.id = ANY (ARRAY(SELECT id FROM ` + from + `))
+           leased_until = now() + @lease::interval` + set + `
+     WHERE m.id = ANY (ARRAY(SELECT id FROM ` + from + `))` + where + `
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, m.claim_seq,
            m.id = ANY (ARRAY(SELECT id FROM ` + from + ` WHERE leased_by IS NOT NULL)) AS rescued,
@@ -280,7 +286,7 @@ DELETE FROM {schema}.delivered_keys
 // cycle), the oldest available_at at or above @start (-infinity: the
 // oldest) of a row the mode's claims may take ({oldest}: the mode's
 // oldestClaimable), and the oldest row at or above @start_id, through the
-// primary key.
+// primary key (oldestID).
 const queryFloor = `
 SELECT now(), pg_current_snapshot()::text,
        pg_sequence_last_value('{schema}.messages_id_seq'::regclass),
@@ -289,7 +295,11 @@ SELECT now(), pg_current_snapshot()::text,
           FROM pg_sequence AS s
          WHERE s.seqrelid = '{schema}.messages_id_seq'::regclass),
        {oldest},
-       (SELECT id FROM {schema}.messages
+       ` + oldestID
+
+// oldestID is the oldest row at or above @start_id, through the primary
+// key: queryFloor's and queryFloorRescan's last column.
+const oldestID = `(SELECT id FROM {schema}.messages
          WHERE id >= @start_id::bigint
          ORDER BY id
          LIMIT 1)`
@@ -319,9 +329,19 @@ const oldestRow = `(SELECT available_at FROM {schema}.messages
          ORDER BY available_at
          LIMIT 1)`
 
-// renderFloor renders queryFloor for schema with a mode's oldestClaimable.
-func renderFloor(schema, oldest string) string {
-	return render(queryFloor, schema, map[string]string{"oldest": oldest})
+// queryFloorRescan reads the oldest row a claim may take ({oldest}, from
+// @start: -infinity) and the oldest row by id (from @start_id: the
+// smallest bigint), for the floor's rescan (floor_rescan.go). It takes no
+// transaction id: it is no writer other relays' floors wait for.
+const queryFloorRescan = `
+SELECT {oldest},
+       ` + oldestID
+
+// renderFloor renders queryFloor and queryFloorRescan for schema with a
+// mode's oldestClaimable.
+func renderFloor(schema, oldest string) (floor, rescan string) {
+	with := map[string]string{"oldest": oldest}
+	return render(queryFloor, schema, with), render(queryFloorRescan, schema, with)
 }
 
 // queryCustomPlans plans each statement of the rest of the transaction for
@@ -523,9 +543,9 @@ type queries struct {
 	relaysHeartbeat, relaysRestart, relaysLeave, relaysForget string
 	deleteExpiredArchive, deleteExpiredKeys                   string
 	backlog, tableHealth, autovacuum, horizonAge              string
-	// floor is rendered for the relay's mode (New: renderFloor with the
-	// mode's oldestClaimable).
-	floor, claimStats, claimPlan string
+	// floor and floorRescan are rendered for the relay's mode (New:
+	// renderFloor with the mode's oldestClaimable).
+	floor, floorRescan, claimStats, claimPlan string
 }
 
 // renderQueries renders the statements every mode runs for schema.

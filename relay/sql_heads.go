@@ -7,22 +7,24 @@ package relay
 // The protocol. A keyed row is a candidate (waiting is false) from its
 // insert on. A claim walks the candidates that are due, through
 // messages_heads_due_idx, from the claim floor; of those, it leases the
-// ones that are their key's oldest row, and marks the others waiting,
-// which takes them out of that index: no claim walks them again while the
-// rows before them are in flight or back off. The settle that deletes a
-// key's head (delivered, or dead-lettered) makes the key's oldest row left
-// a candidate again (queryHeadsPromote). So a claim's cost follows the
-// candidates, not the rows queued behind heads in flight, and nothing is
-// written per delivered row but the rows themselves: while another session
-// pins the MVCC horizon, their dead entries lie below the floors.
+// ones that are their key's oldest row (with the rows that follow them:
+// their runs), and marks the others waiting, which takes them out of that
+// index: no claim walks them again while the rows before them are in
+// flight or back off. The settle that deletes a key's rows (delivered, or
+// dead-lettered) makes the key's next waiting row a candidate again
+// (queryHeadsPromote). So a claim's cost follows the candidates, not the
+// rows queued behind keys in flight, and nothing is written per key but
+// the rows themselves (a marked row is written twice more: marked, then
+// made a candidate again): while another session pins the MVCC horizon,
+// the dead entries of delivered rows lie below the floors.
 //
 // Why no row is left waiting behind nothing. A claim marks a row waiting
 // only while it holds a KEY SHARE lock on the older row it found (SKIP
 // LOCKED: a row being deleted is not locked, and its followers stay
 // candidates), and keeps that lock until it commits. The settle deletes a
 // head, which waits for such locks, and only then, in a statement of its
-// own with a snapshot taken after the delete, looks for the key's oldest
-// row left: it sees every mark of a claim that locked the head, and a claim
+// own with a snapshot taken after the delete, looks for the key's next
+// waiting row: it sees every mark of a claim that locked the head, and a claim
 // that came after the delete cannot lock the head, so marks nothing behind
 // it. Within one statement the settle would decide on a snapshot taken
 // before a claim it waited for had committed, and leave that claim's row
@@ -35,28 +37,68 @@ package relay
 const unkeyedOnly = `
        AND c.key IS NULL`
 
-// queryHeadsClaim leases the due heads among up to @limit due candidates,
-// oldest first, and marks waiting the candidates an older row of their key
-// holds up (see the protocol above), unless that row is among the due
-// candidates itself or was leased less than @mark_after ago (its lease
-// ends later than @lease - @mark_after from now): its delivery is under
-// way, and will most likely end before another claim comes, so the rows
-// behind it are walked again rather than written twice (marked, then made
-// candidates again). A 1000-key backlog drained at half the speed with
-// every such row marked. A row whose older row is slower than that, or
-// backs off, is marked, so the rows behind a key keep other keys' heads
-// out of the claims' walk for @mark_after at most, plus the claim loop's
-// pause when a claim found nothing and no settle woke it. A candidate is walked through
+// queryHeadsClaim leases the due heads among up to @walk due candidates,
+// oldest first, each with the rows that follow it in its key (its run),
+// and marks waiting the candidates an older row of their key holds up (see
+// the protocol above), unless that row is among the due candidates itself
+// or was leased less than @mark_after ago (its lease ends later than
+// @lease - @mark_after from now): its delivery is under way, and will most
+// likely end before another claim comes, so the rows behind it are walked
+// again rather than written twice (marked, then made candidates again). A
+// 1000-key backlog drained at half the speed with every such row marked. A
+// row whose older row is slower than that, or backs off, is marked, so the
+// rows behind a key keep other keys' heads out of the claims' walk for
+// @mark_after at most, plus the claim loop's pause when a claim found
+// nothing and no settle woke it. A candidate is walked through
 // messages_heads_due_idx from the claim floor (@floor), skipping rows other
 // claims hold locked or leased and rows whose sink (@default_sink for rows
 // without a destination) is in @closed_sinks, each locked FOR NO KEY
 // UPDATE, which lets other claims take their KEY SHARE locks. The key's
 // oldest row is looked up once per key (ofKey, from the id floor); a
-// candidate that is it is a head, and the heads within the @byte_budget
-// (withinBytes) are leased. The heads are taken from the rows locked in
-// blockers, so that the lock is taken before the lease: a row this
-// statement has updated can no longer be locked by it. Its rows are
-// leaseRows', then a NULL (where other claims report held keys).
+// candidate that is it is a head. The heads are taken from the rows locked
+// in blockers, so that the lock is taken before the lease: a row this
+// statement has updated can no longer be locked by it. A key's oldest row
+// that the walk did not reach is a head too (beyond), when it is a
+// candidate, due, not leased and its sink open, locked FOR NO KEY UPDATE
+// SKIP LOCKED by primary key and those conditions checked again on the
+// version the lock returns: a settle makes a key's next row a candidate
+// with the clock's available_at (promotedAt), after the rows behind it,
+// and behind a backlog the walk met only those (marking them, a claim
+// after another, each mark a write that a pinned horizon keeps) before it
+// reached any head. The rows behind a head leased now are not marked.
+//
+// A head's run is the rows after it in its key's id order (through
+// messages_key_idx, from the head on: the key's delivered rows lie before
+// it), waiting or not, as long as each is due, not leased, bound for the
+// head's sink and locked by this claim (FOR NO KEY UPDATE SKIP LOCKED, by
+// primary key alone, then those conditions checked again on the latest
+// version the lock returns: with them in the lock's scan, the planner
+// walked messages_due_idx instead, 196k buffers for 306 rows): the first
+// that is not ends the run, which therefore never skips a row of the key.
+// Each follower meets its locked version by grouping both by id, not by a
+// join: the planner, which expects a row or two from each, joined them in
+// nested loops, a million loops and most of a second for a claim of 1,000
+// rows.
+// A head that failed before (its last_error is set: it is retried) goes
+// alone: with its run, each retry would write the rows behind it three
+// times more (leased, released, marked waiting again).
+// Only the claim that holds a key's head locks its run (no other claim
+// leases a row of a key whose older row exists), and the rows are
+// delivered one after the other (deliverInKeyOrder), so a key is still
+// sent in insert order, one event at a time, but a hot key's backlog goes
+// out a run per claim rather than a row per claim and settle: with 100 hot
+// keys, a relay that had fallen behind could not catch up. Each run holds
+// up to @limit over the number of heads rows; the heads, then each run's
+// next rows, round by round, fill the claim up to @limit rows and the
+// byte budget (@byte_budget, @oversized as in withinBytes). A run's rows
+// that were waiting become candidates again as they are leased
+// (unwaitRows), so that no leased row is ever waiting: the settles' promotions
+// (queryHeadsPromote) update only rows no settle deletes, and two settles
+// of one run's rows, each promoting the row after it, lock that row in
+// the same order, never in a cycle. (Left waiting, a run's rows were the
+// oldest waiting rows of their key while in flight: the settle of a
+// run's first rows promoted rows that the settle of its last rows was
+// deleting, and the other way round, a deadlock a second.)
 //
 // A claim waits for a lock once it has started only where SKIP LOCKED does
 // not skip: when a lock follows a row's update chain to a version another
@@ -65,12 +107,14 @@ const unkeyedOnly = `
 // breaks after deadlock_timeout (1 s; five in three minutes with 100 hot
 // keys). The claim therefore sets its own lock_timeout first (@lock_wait,
 // patience: a one-time filter of the walk) and gives up instead
-// (ordered.claim takes that for an empty claim).
+// (ordered.claim takes that for an empty claim). Its rows are leaseRows',
+// then a NULL (where other claims report held keys).
 var queryHeadsClaim = `
 WITH patience AS MATERIALIZED (
     SELECT set_config('lock_timeout', @lock_wait, true) AS lock_timeout
 ), due AS MATERIALIZED (
-    SELECT c.id, c.leased_by, c.available_at, octet_length(c.payload) AS size, c.key
+    SELECT c.id, c.leased_by, c.available_at, octet_length(c.payload) AS size, c.key,
+           coalesce(c.destination, @default_sink) AS sink, c.last_error IS NULL AS fresh
       FROM {schema}.messages AS c
      WHERE (SELECT lock_timeout FROM patience) IS NOT NULL
        AND c.key IS NOT NULL AND NOT c.waiting
@@ -79,7 +123,7 @@ WITH patience AS MATERIALIZED (
        AND ` + leaseOver + `
        AND coalesce(c.destination, @default_sink) <> ALL (@closed_sinks::text[])
      ORDER BY c.available_at, c.id
-     LIMIT @limit
+     LIMIT @walk
        FOR NO KEY UPDATE SKIP LOCKED
 ), oldest AS MATERIALIZED (
     SELECT k.key,
@@ -88,26 +132,97 @@ WITH patience AS MATERIALIZED (
              ORDER BY o.key, o.id LIMIT 1) AS id
       FROM (SELECT DISTINCT key FROM due) AS k
 ), blockers AS MATERIALIZED (
-    SELECT b.id, b.leased_until FROM {schema}.messages AS b
+    SELECT b.id, b.leased_until, b.available_at, b.waiting FROM {schema}.messages AS b
      WHERE b.id = ANY (ARRAY(SELECT id FROM oldest WHERE id IS NOT NULL))
        FOR KEY SHARE SKIP LOCKED
+), beyond AS MATERIALIZED (
+    SELECT x.id, x.leased_by, x.available_at, octet_length(x.payload) AS size, x.key,
+           coalesce(x.destination, @default_sink) AS sink, x.last_error IS NULL AS fresh, x.waiting, x.leased_until
+      FROM {schema}.messages AS x
+     WHERE x.id = ANY (ARRAY(
+           SELECT b.id FROM blockers AS b
+            WHERE NOT b.waiting AND b.available_at <= now() AND ` + leaseOver + `
+              AND b.id <> ALL (ARRAY(SELECT id FROM due))))
+       FOR NO KEY UPDATE SKIP LOCKED
 ), heads AS MATERIALIZED (
-    SELECT d.id, d.leased_by, d.available_at, d.size
+    SELECT d.id, d.leased_by, d.available_at, d.size, d.key, d.sink, d.fresh
       FROM due AS d
      WHERE d.id = ANY (ARRAY(SELECT id FROM blockers))
-), claimable AS MATERIALIZED (` + withinBytes("heads") + `
+     UNION ALL
+    SELECT x.id, x.leased_by, x.available_at, x.size, x.key, x.sink, x.fresh
+      FROM beyond AS x
+     WHERE x.key IS NOT NULL AND NOT x.waiting AND x.available_at <= now() AND ` + leaseOver + `
+       AND x.sink <> ALL (@closed_sinks::text[])
+), followers AS MATERIALIZED (
+    SELECT f.id, h.id AS head, h.available_at AS head_at, f.pos, f.size,
+           bool_and(f.ok) OVER (PARTITION BY h.id ORDER BY f.pos) AS unbroken
+      FROM (SELECT * FROM heads WHERE fresh) AS h
+     CROSS JOIN LATERAL (
+           SELECT r.id, octet_length(r.payload) AS size,
+                  row_number() OVER (ORDER BY r.key, r.id) AS pos,
+                  r.available_at <= now() AND ` + leaseOver + `
+                  AND coalesce(r.destination, @default_sink) = h.sink AS ok
+             FROM {schema}.messages AS r
+            WHERE r.key IS NOT NULL AND (r.key, r.id) > (h.key, h.id) AND (r.key, r.id) <= (h.key, 9223372036854775807)
+            ORDER BY r.key, r.id
+            LIMIT (SELECT ceil(@limit::float8 / greatest(count(*), 1))::bigint - 1 FROM heads)) AS f
+), locked AS MATERIALIZED (
+    SELECT l.id, l.leased_by, l.available_at <= now() AND ` + leaseOver + ` AS ok
+      FROM {schema}.messages AS l
+     WHERE l.id = ANY (ARRAY(SELECT id FROM followers WHERE unbroken))
+       FOR NO KEY UPDATE SKIP LOCKED
+), runs AS MATERIALIZED (
+    SELECT h.id, h.leased_by, h.size, 0 AS pos, h.available_at AS head_at, h.id AS head
+      FROM heads AS h
+     UNION ALL
+    SELECT s.id, s.leased_by, s.size, s.pos, s.head_at, s.head FROM (
+        SELECT v.*, count(*) FILTER (WHERE v.ok) OVER (PARTITION BY v.head ORDER BY v.pos) = v.pos AS unbroken
+          FROM (SELECT u.id, max(u.leased_by) AS leased_by, max(u.size) AS size, max(u.pos) AS pos,
+                       max(u.head_at) AS head_at, max(u.head) AS head, bool_or(u.ok) AS ok
+                  FROM (SELECT f.id, NULL AS leased_by, f.size, f.pos, f.head_at, f.head, false AS ok
+                          FROM followers AS f
+                         WHERE f.unbroken
+                         UNION ALL
+                        SELECT l.id, l.leased_by, NULL, NULL, NULL, NULL, l.ok
+                          FROM locked AS l) AS u
+                 GROUP BY u.id) AS v) AS s
+     WHERE s.unbroken
+), claimable AS MATERIALIZED (
+    SELECT id, leased_by FROM (
+        SELECT id, leased_by,
+               sum(size) OVER w AS upto,
+               row_number() OVER w AS n
+          FROM runs
+        WINDOW w AS (ORDER BY pos, head_at, head)) AS s
+     WHERE n <= @limit AND (upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool))
 ), marked AS (
     UPDATE {schema}.messages AS m
        SET waiting = true
      WHERE m.id = ANY (ARRAY(
-           SELECT d.id FROM due AS d JOIN blockers AS b ON b.id = (SELECT o.id FROM oldest AS o WHERE o.key = d.key)
+           SELECT d.id FROM due AS d
+             JOIN oldest AS o ON o.key = d.key
+             JOIN blockers AS b ON b.id = o.id
             WHERE d.id > b.id
               AND b.id <> ALL (ARRAY(SELECT id FROM due))
+              AND b.id <> ALL (ARRAY(SELECT id FROM heads))
               AND NOT coalesce(b.leased_until > now() + @lease::interval - @mark_after::interval
                                AND b.leased_until <= now() + @lease::interval, false)))
-), leased AS (` + leaseRows("claimable", noBucket) + `
+), leased AS (` + leaseRowsAlso("claimable", noBucket, unwaitRows, " AND (NOT m.waiting OR "+withXactID+")") + `
 )
 SELECT *, NULL::text FROM leased`
+
+// unwaitRows makes a run's waiting rows candidates again as they are
+// leased (queryHeadsClaim), with the available_at of a promotion, after
+// the claim took its transaction's id (withXactID, asked for by a waiting
+// row only: as a condition of every row it was evaluated once, first, and
+// every claim took an id, an idle relay's empty ones too). One released
+// later, after an older row of its key failed, is a candidate above the
+// claim floor, which the next claim to walk it marks waiting again. A row
+// that was a candidate keeps its available_at, and its lease stays a HOT
+// update.
+const unwaitRows = `,
+           waiting = false,
+           available_at = CASE WHEN m.waiting THEN ` + promotedAt + ` ELSE m.available_at END`
 
 // oldestCandidate fills queryFloor's {oldest} in ordered mode: the oldest
 // candidate or row without a key at or above @start, through
@@ -136,24 +251,36 @@ const promotedAt = `greatest(m.available_at, clock_timestamp())`
 // id before it updates its first row (an InitPlan, evaluated once, first).
 const withXactID = `(SELECT pg_current_xact_id()) IS NOT NULL`
 
-// queryHeadsPromote makes the oldest waiting row of each of @keys a
-// candidate again: the settle runs it after deleting their heads, as a
-// statement of its own in the same READ COMMITTED transaction (the
+// queryHeadsPromote makes the next waiting row of each of @keys a
+// candidate again: the settle runs it after deleting rows of those keys,
+// as a statement of its own in the same READ COMMITTED transaction (the
 // protocol above). The transaction has its id from the delete, unless
 // every delete was dropped (lost leases): withXactID takes it first then.
-// It looks the rows up from the id floor (ofKey) in messages_waiting_idx,
-// which holds only the rows that wait: most settles find none there, and
-// read a page or two. A candidate that an older row of its key still holds
-// up (a settle dropped for a lost lease, a row committed late) is marked
-// waiting again by the next claim that walks it.
+// It looks each key's row up in messages_waiting_idx, which holds only
+// the rows that wait, above the oldest row of the key the settle deleted
+// (@after, per key): a row waits only behind an older row, and a key's
+// head is leased only with no older row, so no row of the key below it
+// waits. (Not above the newest: a row committed late, with an id inside a
+// run that its claim could not see, waits behind the run's head.) Most
+// settles find none there, and read a page or two;
+// the dead entries of the key's earlier waiting rows lie below, off the
+// path (from the id floor, the promotions under a pin read 4k buffers a
+// settle). It promotes whether or not rows of the key are still in flight
+// between the two (the rest of a run, settled later): only the settle
+// that deleted the row a claim's mark was locked behind is sure to see
+// that mark, so it cannot leave the promotion to another. A candidate that
+// an older row of its key still holds up (the rest of a run, a settle
+// dropped for a lost lease, a row committed late, a row put back) is
+// marked waiting again by the next claim that walks it.
 var queryHeadsPromote = `
 UPDATE {schema}.messages AS m
    SET waiting = false, available_at = ` + promotedAt + `
  WHERE m.id = ANY (ARRAY(
        SELECT (SELECT q.id FROM {schema}.messages AS q
-                WHERE q.waiting AND ` + ofKey("q", "k.key") + `
+                WHERE q.waiting AND q.key IS NOT NULL
+                  AND (q.key, q.id) > (k.key, k.after) AND (q.key, q.id) <= (k.key, 9223372036854775807)
                 ORDER BY q.key, q.id LIMIT 1)
-         FROM unnest(@keys::text[]) AS k(key)))
+         FROM unnest(@keys::text[], @after::bigint[]) AS k(key, after)))
    AND m.waiting AND ` + withXactID
 
 // queryHeadsRepair makes a candidate again each waiting row, up to @cap,

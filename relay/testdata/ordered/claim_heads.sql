@@ -1,7 +1,8 @@
 WITH patience AS MATERIALIZED (
     SELECT set_config('lock_timeout', @lock_wait, true) AS lock_timeout
 ), due AS MATERIALIZED (
-    SELECT c.id, c.leased_by, c.available_at, octet_length(c.payload) AS size, c.key
+    SELECT c.id, c.leased_by, c.available_at, octet_length(c.payload) AS size, c.key,
+           coalesce(c.destination, @default_sink) AS sink, c.last_error IS NULL AS fresh
       FROM "outbox".messages AS c
      WHERE (SELECT lock_timeout FROM patience) IS NOT NULL
        AND c.key IS NOT NULL AND NOT c.waiting
@@ -10,38 +11,90 @@ WITH patience AS MATERIALIZED (
        AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
        AND coalesce(c.destination, @default_sink) <> ALL (@closed_sinks::text[])
      ORDER BY c.available_at, c.id
-     LIMIT @limit
+     LIMIT @walk
        FOR NO KEY UPDATE SKIP LOCKED
 ), oldest AS MATERIALIZED (
     SELECT k.key,
            (SELECT o.id FROM "outbox".messages AS o
-             WHERE o.key IS NOT NULL AND (o.key, o.id) >= (k.key, (CASE WHEN EXISTS (SELECT 1 FROM unnest(@passed_writers::text[]::xid8[]) AS w
-                                     WHERE pg_visible_in_snapshot(w, pg_current_snapshot()))
-                  THEN -9223372036854775808 ELSE @id_floor::bigint END)) AND (o.key, o.id) <= (k.key, 9223372036854775807)
+             WHERE o.key IS NOT NULL AND (o.key, o.id) >= (k.key, (SELECT least(min(w.id), @id_floor::bigint)
+                    FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
+                   WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot()))) AND (o.key, o.id) <= (k.key, 9223372036854775807)
              ORDER BY o.key, o.id LIMIT 1) AS id
       FROM (SELECT DISTINCT key FROM due) AS k
 ), blockers AS MATERIALIZED (
-    SELECT b.id, b.leased_until FROM "outbox".messages AS b
+    SELECT b.id, b.leased_until, b.available_at, b.waiting FROM "outbox".messages AS b
      WHERE b.id = ANY (ARRAY(SELECT id FROM oldest WHERE id IS NOT NULL))
        FOR KEY SHARE SKIP LOCKED
+), beyond AS MATERIALIZED (
+    SELECT x.id, x.leased_by, x.available_at, octet_length(x.payload) AS size, x.key,
+           coalesce(x.destination, @default_sink) AS sink, x.last_error IS NULL AS fresh, x.waiting, x.leased_until
+      FROM "outbox".messages AS x
+     WHERE x.id = ANY (ARRAY(
+           SELECT b.id FROM blockers AS b
+            WHERE NOT b.waiting AND b.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
+              AND b.id <> ALL (ARRAY(SELECT id FROM due))))
+       FOR NO KEY UPDATE SKIP LOCKED
 ), heads AS MATERIALIZED (
-    SELECT d.id, d.leased_by, d.available_at, d.size
+    SELECT d.id, d.leased_by, d.available_at, d.size, d.key, d.sink, d.fresh
       FROM due AS d
      WHERE d.id = ANY (ARRAY(SELECT id FROM blockers))
+     UNION ALL
+    SELECT x.id, x.leased_by, x.available_at, x.size, x.key, x.sink, x.fresh
+      FROM beyond AS x
+     WHERE x.key IS NOT NULL AND NOT x.waiting AND x.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
+       AND x.sink <> ALL (@closed_sinks::text[])
+), followers AS MATERIALIZED (
+    SELECT f.id, h.id AS head, h.available_at AS head_at, f.pos, f.size,
+           bool_and(f.ok) OVER (PARTITION BY h.id ORDER BY f.pos) AS unbroken
+      FROM (SELECT * FROM heads WHERE fresh) AS h
+     CROSS JOIN LATERAL (
+           SELECT r.id, octet_length(r.payload) AS size,
+                  row_number() OVER (ORDER BY r.key, r.id) AS pos,
+                  r.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
+                  AND coalesce(r.destination, @default_sink) = h.sink AS ok
+             FROM "outbox".messages AS r
+            WHERE r.key IS NOT NULL AND (r.key, r.id) > (h.key, h.id) AND (r.key, r.id) <= (h.key, 9223372036854775807)
+            ORDER BY r.key, r.id
+            LIMIT (SELECT ceil(@limit::float8 / greatest(count(*), 1))::bigint - 1 FROM heads)) AS f
+), locked AS MATERIALIZED (
+    SELECT l.id, l.leased_by, l.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day') AS ok
+      FROM "outbox".messages AS l
+     WHERE l.id = ANY (ARRAY(SELECT id FROM followers WHERE unbroken))
+       FOR NO KEY UPDATE SKIP LOCKED
+), runs AS MATERIALIZED (
+    SELECT h.id, h.leased_by, h.size, 0 AS pos, h.available_at AS head_at, h.id AS head
+      FROM heads AS h
+     UNION ALL
+    SELECT s.id, s.leased_by, s.size, s.pos, s.head_at, s.head FROM (
+        SELECT v.*, count(*) FILTER (WHERE v.ok) OVER (PARTITION BY v.head ORDER BY v.pos) = v.pos AS unbroken
+          FROM (SELECT u.id, max(u.leased_by) AS leased_by, max(u.size) AS size, max(u.pos) AS pos,
+                       max(u.head_at) AS head_at, max(u.head) AS head, bool_or(u.ok) AS ok
+                  FROM (SELECT f.id, NULL AS leased_by, f.size, f.pos, f.head_at, f.head, false AS ok
+                          FROM followers AS f
+                         WHERE f.unbroken
+                         UNION ALL
+                        SELECT l.id, l.leased_by, NULL, NULL, NULL, NULL, l.ok
+                          FROM locked AS l) AS u
+                 GROUP BY u.id) AS v) AS s
+     WHERE s.unbroken
 ), claimable AS MATERIALIZED (
     SELECT id, leased_by FROM (
         SELECT id, leased_by,
-               sum(size) OVER (ORDER BY available_at, id) AS upto,
-               row_number() OVER (ORDER BY available_at, id) AS n
-          FROM heads) AS s
-     WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
+               sum(size) OVER w AS upto,
+               row_number() OVER w AS n
+          FROM runs
+        WINDOW w AS (ORDER BY pos, head_at, head)) AS s
+     WHERE n <= @limit AND (upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool))
 ), marked AS (
     UPDATE "outbox".messages AS m
        SET waiting = true
      WHERE m.id = ANY (ARRAY(
-           SELECT d.id FROM due AS d JOIN blockers AS b ON b.id = (SELECT o.id FROM oldest AS o WHERE o.key = d.key)
+           SELECT d.id FROM due AS d
+             JOIN oldest AS o ON o.key = d.key
+             JOIN blockers AS b ON b.id = o.id
             WHERE d.id > b.id
               AND b.id <> ALL (ARRAY(SELECT id FROM due))
+              AND b.id <> ALL (ARRAY(SELECT id FROM heads))
               AND NOT coalesce(b.leased_until > now() + @lease::interval - @mark_after::interval
                                AND b.leased_until <= now() + @lease::interval, false)))
 ), leased AS (
@@ -49,8 +102,10 @@ WITH patience AS MATERIALIZED (
        SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
            claim_seq = CASE WHEN m.claim_seq >= 2147483646 OR m.claim_seq < 0 THEN 1 ELSE m.claim_seq + 1 END,
            leased_by = @relay_id,
-           leased_until = now() + @lease::interval
-     WHERE m.id = ANY (ARRAY(SELECT id FROM claimable))
+           leased_until = now() + @lease::interval,
+           waiting = false,
+           available_at = CASE WHEN m.waiting THEN greatest(m.available_at, clock_timestamp()) ELSE m.available_at END
+     WHERE m.id = ANY (ARRAY(SELECT id FROM claimable)) AND (NOT m.waiting OR (SELECT pg_current_xact_id()) IS NOT NULL)
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, m.claim_seq,
            m.id = ANY (ARRAY(SELECT id FROM claimable WHERE leased_by IS NOT NULL)) AS rescued,

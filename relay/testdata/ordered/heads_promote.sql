@@ -2,9 +2,8 @@ UPDATE "outbox".messages AS m
    SET waiting = false, available_at = greatest(m.available_at, clock_timestamp())
  WHERE m.id = ANY (ARRAY(
        SELECT (SELECT q.id FROM "outbox".messages AS q
-                WHERE q.waiting AND q.key IS NOT NULL AND (q.key, q.id) >= (k.key, (CASE WHEN EXISTS (SELECT 1 FROM unnest(@passed_writers::text[]::xid8[]) AS w
-                                     WHERE pg_visible_in_snapshot(w, pg_current_snapshot()))
-                  THEN -9223372036854775808 ELSE @id_floor::bigint END)) AND (q.key, q.id) <= (k.key, 9223372036854775807)
+                WHERE q.waiting AND q.key IS NOT NULL
+                  AND (q.key, q.id) > (k.key, k.after) AND (q.key, q.id) <= (k.key, 9223372036854775807)
                 ORDER BY q.key, q.id LIMIT 1)
-         FROM unnest(@keys::text[]) AS k(key)))
+         FROM unnest(@keys::text[], @after::bigint[]) AS k(key, after)))
    AND m.waiting AND (SELECT pg_current_xact_id()) IS NOT NULL

@@ -4,9 +4,9 @@ UPDATE "outbox".messages AS m
        SELECT x.id FROM "outbox".messages AS x
         WHERE x.waiting
           AND NOT EXISTS (SELECT 1 FROM "outbox".messages AS o
-                           WHERE o.key IS NOT NULL AND (o.key, o.id) >= (x.key, (CASE WHEN EXISTS (SELECT 1 FROM unnest(@passed_writers::text[]::xid8[]) AS w
-                                     WHERE pg_visible_in_snapshot(w, pg_current_snapshot()))
-                  THEN -9223372036854775808 ELSE @id_floor::bigint END)) AND (o.key, o.id) <= (x.key, 9223372036854775807) AND o.id < x.id)
+                           WHERE o.key IS NOT NULL AND (o.key, o.id) >= (x.key, (SELECT least(min(w.id), @id_floor::bigint)
+                    FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
+                   WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot()))) AND (o.key, o.id) <= (x.key, 9223372036854775807) AND o.id < x.id)
         LIMIT @cap))
    AND m.waiting AND (SELECT pg_current_xact_id()) IS NOT NULL
 RETURNING m.key

@@ -24,9 +24,9 @@ WITH owned AS MATERIALIZED (
         SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
           FROM "outbox".messages AS m
          WHERE m.id = ANY (ARRAY(
-               SELECT (SELECT h.id FROM "outbox".messages AS h WHERE h.key IS NOT NULL AND (h.key, h.id) >= (k.key, (CASE WHEN EXISTS (SELECT 1 FROM unnest(@passed_writers::text[]::xid8[]) AS w
-                                     WHERE pg_visible_in_snapshot(w, pg_current_snapshot()))
-                  THEN -9223372036854775808 ELSE @id_floor::bigint END)) AND (h.key, h.id) <= (k.key, 9223372036854775807) ORDER BY h.key, h.id LIMIT 1)
+               SELECT (SELECT h.id FROM "outbox".messages AS h WHERE h.key IS NOT NULL AND (h.key, h.id) >= (k.key, (SELECT least(min(w.id), @id_floor::bigint)
+                    FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
+                   WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot()))) AND (h.key, h.id) <= (k.key, 9223372036854775807) ORDER BY h.key, h.id LIMIT 1)
                  FROM unnest(@held_keys::text[]) AS k(key)))
            AND "outbox".messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM owned))
            AND (m.id, m.available_at) <= (m.id, now())
@@ -41,21 +41,24 @@ WITH owned AS MATERIALIZED (
           FROM due) AS s
      WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
 ), outside AS MATERIALIZED (
-    SELECT k.key,
+    SELECT k.key, k.ids, k.leased, k.newest,
            (SELECT o.id FROM "outbox".messages AS o
-             WHERE o.key IS NOT NULL AND (o.key, o.id) >= (k.key, (CASE WHEN EXISTS (SELECT 1 FROM unnest(@passed_writers::text[]::xid8[]) AS w
-                                     WHERE pg_visible_in_snapshot(w, pg_current_snapshot()))
-                  THEN -9223372036854775808 ELSE @id_floor::bigint END)) AND (o.key, o.id) <= (k.key, 9223372036854775807) AND o.id <> ALL (k.ids)
+             WHERE o.key IS NOT NULL AND (o.key, o.id) >= (k.key, (SELECT least(min(w.id), @id_floor::bigint)
+                    FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
+                   WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot()))) AND (o.key, o.id) <= (k.key, 9223372036854775807) AND o.id <> ALL (k.ids)
              ORDER BY o.key, o.id LIMIT 1) AS oldest
-      FROM (SELECT key, array_agg(id) AS ids FROM fits WHERE key IS NOT NULL GROUP BY key) AS k
+      FROM (SELECT key, array_agg(id ORDER BY id) AS ids, array_agg(leased_by ORDER BY id) AS leased, max(id) AS newest
+              FROM fits WHERE key IS NOT NULL GROUP BY key) AS k
 ), kept AS MATERIALIZED (
-    SELECT f.id, f.leased_by
-      FROM fits AS f
-      LEFT JOIN outside AS x ON x.key = f.key
-     WHERE x.oldest IS NULL OR f.id < x.oldest
+    SELECT f.id, f.leased_by FROM fits AS f WHERE f.key IS NULL
+     UNION ALL
+    SELECT r.id, r.leased_by
+      FROM outside AS x
+     CROSS JOIN LATERAL unnest(x.ids, x.leased) AS r(id, leased_by)
+     WHERE x.oldest IS NULL OR r.id < x.oldest
 ), held AS (
     SELECT x.key, x.oldest FROM outside AS x
-     WHERE x.oldest < (SELECT max(f.id) FROM fits AS f WHERE f.key = x.key)
+     WHERE x.oldest < x.newest
 ), leased AS (
     UPDATE "outbox".messages AS m
        SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
