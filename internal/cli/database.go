@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -17,7 +18,16 @@ import (
 
 // openPool returns a pool of at most maxConns connections to databaseURL.
 // Connections name themselves outbox-relay in pg_stat_activity unless the
-// URL names them otherwise.
+// URL names them otherwise, and turn PostgreSQL's JIT off (jitOff): every
+// statement of the relay reads a few rows by index, and on a hot table
+// whose statistics lag its size the planner's estimates pass
+// jit_above_cost, and each execution compiled for up to seconds. It is a
+// SET after connecting, not a startup parameter, which a PgBouncer
+// refuses; behind a transaction-pooling PgBouncer it reaches only the
+// server connection it ran on, so the statements the relay runs in
+// transactions of their own (claims behind a backlog, ordered mode's
+// claims and settles, the claim floor's refreshes) turn it off in them as
+// well (relay: jitOff).
 func openPool(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool.Pool, error) {
 	if err := checkDatabaseScheme(databaseURL); err != nil {
 		return nil, err
@@ -33,12 +43,21 @@ func openPool(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool
 	if _, ok := pc.ConnConfig.RuntimeParams["application_name"]; !ok {
 		pc.ConnConfig.RuntimeParams["application_name"] = "outbox-relay"
 	}
+	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if _, err := c.Exec(ctx, jitOff); err != nil {
+			return fmt.Errorf("turn JIT off: %w", err)
+		}
+		return nil
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("open database pool: %w", err)
 	}
 	return pool, nil
 }
+
+// jitOff is what openPool runs on each new connection.
+const jitOff = "SET jit = off"
 
 // plaintextDatabase reports whether databaseURL lets the connection to a
 // host that is neither a loopback address nor a unix socket go without TLS
