@@ -142,6 +142,26 @@ func TestKeyLookups_OrderedHeadsCannotWalkThePrimaryKey(t *testing.T) {
 	}
 }
 
+// TestBlockedKeysGauge_WalksTheRetryIndex: ordered mode's count of keys
+// whose head failed finds those heads through messages_retry_idx (rows
+// that failed), not through messages_key_idx (every keyed row, and under a
+// pinned horizon every version of one).
+func TestBlockedKeysGauge_WalksTheRetryIndex(t *testing.T) {
+	t.Parallel()
+	db, r := staleStatistics(t, outbox.ModeOrdered)
+	tx := planTx(t, db)
+	args := pgx.StrictNamedArgs{"heads_cap": blockedKeysCap, "cap": gaugeCountCap}
+	plan := explain(t, tx, r.mode.(*ordered).blocked, args)
+	if uses := indexScans(plan, "", indexNamed("messages_retry_idx")); len(uses) == 0 {
+		t.Errorf("the count of blocked keys does not walk messages_retry_idx")
+	}
+	for _, use := range indexScans(plan, "", func(index string) bool {
+		return index != "" && index != "messages_retry_idx" && index != "messages_waiting_idx"
+	}) {
+		t.Errorf("the count of blocked keys walks %s", use)
+	}
+}
+
 // TestKeyLookups_PromotionsWalkTheWaitingIndex: the settle's promotion of
 // the next rows of ordered keys looks them up in messages_waiting_idx,
 // which holds only waiting rows, not in messages_key_idx (every row of the
@@ -157,6 +177,18 @@ func TestKeyLookups_PromotionsWalkTheWaitingIndex(t *testing.T) {
 	}
 	for _, use := range indexScans(plan, "", func(index string) bool { return index == "messages_key_idx" || index == "messages_due_idx" }) {
 		t.Errorf("the promotion walks %s", use)
+	}
+	// The rows it promotes it updates through the primary key: a scan of
+	// messages_waiting_idx without a condition reads every entry a pinned
+	// horizon kept of every row ever marked waiting (4.5k buffers a
+	// settle, ten minutes into a pin, most of the pinned database's time).
+	for _, use := range indexScans(plan, "", indexNamed("messages_waiting_idx")) {
+		if strings.HasSuffix(use, "(<nil>)") {
+			t.Errorf("the promotion walks the whole waiting index: %s", use)
+		}
+	}
+	if uses := indexScans(plan, "", indexNamed("messages_pkey")); len(uses) == 0 {
+		t.Errorf("the promotion does not update its rows through the primary key")
 	}
 }
 

@@ -281,7 +281,18 @@ UPDATE {schema}.messages AS m
                   AND (q.key, q.id) > (k.key, k.after) AND (q.key, q.id) <= (k.key, 9223372036854775807)
                 ORDER BY q.key, q.id LIMIT 1)
          FROM unnest(@keys::text[], @after::bigint[]) AS k(key, after)))
-   AND m.waiting AND ` + withXactID
+   AND ` + stillWaiting + ` AND ` + withXactID
+
+// stillWaiting is the check that a row the promotion or the repair found
+// waiting still is, on the version they update, written so that it does
+// not match messages_waiting_idx's predicate (waiting): the planner, which
+// on statistics taken while few rows waited reckons that index nearly
+// empty, then scanned all of it for the ids found rather than look them
+// up by primary key, and under a pinned horizon it holds an entry for
+// every row ever marked waiting (4.5k buffers a settle, most of the
+// pinned database's time, ten minutes into a pin). The column is NOT NULL:
+// coalesce changes nothing but the plan.
+const stillWaiting = `coalesce(m.waiting, false)`
 
 // queryHeadsRepair makes a candidate again each waiting row, up to @cap,
 // that no older row of its key holds up, and returns their keys. The
@@ -298,7 +309,7 @@ UPDATE {schema}.messages AS m
           AND NOT EXISTS (SELECT 1 FROM {schema}.messages AS o
                            WHERE ` + ofKey("o", "x.key") + ` AND o.id < x.id)
         LIMIT @cap))
-   AND m.waiting AND ` + withXactID + `
+   AND ` + stillWaiting + ` AND ` + withXactID + `
 RETURNING m.key`
 
 // queryHeadsReset makes every row a candidate, when the schema switches to
@@ -331,13 +342,18 @@ SELECT coalesce(destination, @default_sink), count(*), min(available_at)
  GROUP BY 1`
 
 // queryHeadsBlocked returns the keys whose head failed and waits for its
-// retry (candidates not due now that have been tried and are not leased,
-// up to @heads_cap) and the rows that wait behind their key's head (up to
-// @cap).
+// retry (candidates that failed, are not due now and are not leased, up to
+// @heads_cap) and the rows that wait behind their key's head (up to
+// @cap). The heads are found through messages_retry_idx, which holds only
+// the rows that failed (last_error is set): planned on stale statistics,
+// with nothing but key IS NOT NULL to go by, the count read every keyed row
+// through messages_key_idx, under a pinned horizon every version it kept
+// (489k entries and 102k buffers, 2 s, every gauge refresh, ten minutes
+// into a pin).
 var queryHeadsBlocked = `
 SELECT (SELECT count(*) FROM (
            SELECT 1 FROM {schema}.messages
-            WHERE key IS NOT NULL AND NOT waiting AND available_at > now()
-              AND attempts > 0 AND leased_by IS NULL
+            WHERE last_error IS NOT NULL AND available_at > now()
+              AND key IS NOT NULL AND NOT waiting AND attempts > 0 AND leased_by IS NULL
             LIMIT @heads_cap) AS h),
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.messages WHERE waiting LIMIT @cap) AS w)`

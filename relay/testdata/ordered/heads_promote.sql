@@ -6,4 +6,4 @@ UPDATE "outbox".messages AS m
                   AND (q.key, q.id) > (k.key, k.after) AND (q.key, q.id) <= (k.key, 9223372036854775807)
                 ORDER BY q.key, q.id LIMIT 1)
          FROM unnest(@keys::text[], @after::bigint[]) AS k(key, after)))
-   AND m.waiting AND (SELECT pg_current_xact_id()) IS NOT NULL
+   AND coalesce(m.waiting, false) AND (SELECT pg_current_xact_id()) IS NOT NULL

@@ -8,5 +8,5 @@ UPDATE "outbox".messages AS m
                     FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
                    WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot()))) AND (o.key, o.id) <= (x.key, 9223372036854775807) AND o.id < x.id)
         LIMIT @cap))
-   AND m.waiting AND (SELECT pg_current_xact_id()) IS NOT NULL
+   AND coalesce(m.waiting, false) AND (SELECT pg_current_xact_id()) IS NOT NULL
 RETURNING m.key
