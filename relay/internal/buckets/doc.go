@@ -17,8 +17,12 @@
 // after the other, each seeing the others' changes:
 //
 //  1. it records that its relay is alive (Config.Heartbeat);
-//  2. it renews the leases of the buckets it still holds; those it does not
-//     (their lease ran out) are lost, and forgotten;
+//  2. it renews the leases of the buckets it still holds that end within
+//     Times.RenewWithin (the row lease plus three renewals; a lease lasts
+//     ten renewals more, so each bucket's row is written about every tenth
+//     round: a pinned horizon keeps every version, and claims and settles
+//     read them); those it no longer holds (their lease ran out) are lost,
+//     and forgotten;
 //  3. it reads the relays alive, ordered by id, and computes its share of
 //     the 64 (Share: as even as can be, the first ones one more);
 //  4. beyond its share it starts giving up its highest buckets: no claim
@@ -33,7 +37,7 @@
 // has stopped and settled everything) the owner releases every bucket, so
 // the others may take them at once; a relay that dies leaves its buckets to
 // the others when their leases run out (Times.Lease: the row lease plus
-// three renewals).
+// thirteen renewals, 43 s with the defaults).
 //
 // # Fencing
 //

@@ -142,7 +142,7 @@ func (o *Owner) Run(ctx context.Context) {
 // and acquires only its deficit. It reports whether the relay is still
 // short of its share, or still giving buckets up.
 func (o *Owner) round(ctx context.Context) (short bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, o.times.Lease-o.cfg.RowLease)
+	ctx, cancel := context.WithTimeout(ctx, o.times.RenewWithin-o.cfg.RowLease)
 	defer cancel()
 	tx, err := o.cfg.DB.Begin(ctx)
 	if err != nil {
@@ -156,7 +156,7 @@ func (o *Owner) round(ctx context.Context) (short bool, err error) {
 		return false, fmt.Errorf("rebalance buckets: heartbeat: %w", err)
 	}
 	q := func(sql string) string { return render(sql, o.cfg.QuotedSchema) }
-	renewed, err := epochsOf(tx.Query(ctx, q(queryRenew), pgx.StrictNamedArgs{"relay_id": o.cfg.RelayID, "lease": o.times.Lease}))
+	renewed, err := epochsOf(tx.Query(ctx, q(queryRenew), pgx.StrictNamedArgs{"relay_id": o.cfg.RelayID, "lease": o.times.Lease, "renew_within": o.times.RenewWithin}))
 	if err != nil {
 		return false, fmt.Errorf("rebalance buckets: renew: %w", err)
 	}

@@ -18,12 +18,17 @@ SELECT set_config('idle_in_transaction_session_timeout', @idle_ms::text, true),
        pg_advisory_xact_lock(hashtext(@lock_name))`
 
 // queryRenew extends the leases of the buckets relay @relay_id still holds
-// (their leases have not run out) to @lease from now, and returns them with
-// their epochs.
+// (their leases have not run out) that end within @renew_within to @lease
+// from now, and returns every bucket it holds with its epoch (as the
+// statement's snapshot sees them, before the extension: a lease that has
+// not run out then has not when the statement ends either).
 const queryRenew = `
-UPDATE {schema}.buckets SET lease_until = now() + @lease::interval
- WHERE owner = @relay_id AND lease_until > now()
-RETURNING bucket, epoch`
+WITH renewed AS (
+    UPDATE {schema}.buckets SET lease_until = now() + @lease::interval
+     WHERE owner = @relay_id AND lease_until > now() AND lease_until <= now() + @renew_within::interval
+)
+SELECT bucket, epoch FROM {schema}.buckets
+ WHERE owner = @relay_id AND lease_until > now()`
 
 // queryLive returns the relays in partitioned mode seen within @alive, by
 // id: the replicas that share the buckets.

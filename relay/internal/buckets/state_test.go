@@ -191,7 +191,8 @@ func TestTimesFor(t *testing.T) {
 		t.Run(tc.rowLease.String(), func(t *testing.T) {
 			t.Parallel()
 			got := TimesFor(tc.rowLease)
-			want := Times{Renew: tc.renew, Lease: tc.rowLease + 3*tc.renew, Alive: tc.rowLease + 3*tc.renew}
+			within := tc.rowLease + 3*tc.renew
+			want := Times{Renew: tc.renew, RenewWithin: within, Lease: within + 10*tc.renew, Alive: within + 10*tc.renew}
 			if got != want {
 				t.Errorf("TimesFor(%v) = %+v, want %+v", tc.rowLease, got, want)
 			}
@@ -200,8 +201,8 @@ func TestTimesFor(t *testing.T) {
 	t.Run("30s", func(t *testing.T) {
 		t.Parallel()
 		got := TimesFor(30 * time.Second)
-		if got.Renew != time.Second || got.Lease != 33*time.Second || got.Alive != 33*time.Second {
-			t.Errorf("TimesFor(30s) = %+v, want Renew 1s, Lease 33s, Alive 33s", got)
+		if got.Renew != time.Second || got.RenewWithin != 33*time.Second || got.Lease != 43*time.Second || got.Alive != 43*time.Second {
+			t.Errorf("TimesFor(30s) = %+v, want Renew 1s, RenewWithin 33s, Lease 43s, Alive 43s", got)
 		}
 	})
 }
