@@ -180,8 +180,8 @@ func TestKeyLookups_PromotionsWalkTheWaitingIndex(t *testing.T) {
 	}
 	// The rows it promotes it updates through the primary key: a scan of
 	// messages_waiting_idx without a condition reads every entry a pinned
-	// horizon kept of every row ever marked waiting (4.5k buffers a
-	// settle, ten minutes into a pin, most of the pinned database's time).
+	// horizon kept of every row ever marked waiting (3.5k buffers a
+	// settle, seven minutes into a pin, most of the pinned database's time).
 	for _, use := range indexScans(plan, "", indexNamed("messages_waiting_idx")) {
 		if strings.HasSuffix(use, "(<nil>)") {
 			t.Errorf("the promotion walks the whole waiting index: %s", use)

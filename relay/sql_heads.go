@@ -289,8 +289,8 @@ UPDATE {schema}.messages AS m
 // on statistics taken while few rows waited reckons that index nearly
 // empty, then scanned all of it for the ids found rather than look them
 // up by primary key, and under a pinned horizon it holds an entry for
-// every row ever marked waiting (4.5k buffers a settle, most of the
-// pinned database's time, ten minutes into a pin). The column is NOT NULL:
+// every row ever marked waiting (3.5k buffers a settle on average, most of
+// the pinned database's time, seven minutes into a pin). The column is NOT NULL:
 // coalesce changes nothing but the plan.
 const stillWaiting = `coalesce(m.waiting, false)`
 

@@ -25,9 +25,12 @@ import (
 // SET after connecting, not a startup parameter, which a PgBouncer
 // refuses; behind a transaction-pooling PgBouncer it reaches only the
 // server connection it ran on, so the statements the relay runs in
-// transactions of their own (claims behind a backlog, ordered mode's
-// claims and settles, the claim floor's refreshes) turn it off in them as
-// well (relay: jitOff).
+// transactions of their own (claims behind a backlog and every claim of
+// ordered mode's heads, ordered mode's settles, the claim floor's
+// refreshes) turn it off in them as well (relay: jitOff); its other
+// statements there run with the server's setting (ALTER ROLE … SET jit =
+// off covers them). A server or proxy that refuses the SET leaves JIT as
+// it is: the connection is not refused for it.
 func openPool(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool.Pool, error) {
 	if err := checkDatabaseScheme(databaseURL); err != nil {
 		return nil, err
@@ -44,9 +47,7 @@ func openPool(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool
 		pc.ConnConfig.RuntimeParams["application_name"] = "outbox-relay"
 	}
 	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		if _, err := c.Exec(ctx, jitOff); err != nil {
-			return fmt.Errorf("turn JIT off: %w", err)
-		}
+		_, _ = c.Exec(ctx, jitOff)
 		return nil
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)

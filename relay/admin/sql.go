@@ -425,7 +425,7 @@ UPDATE %[1]s.messages AS m
                   AND (q.key, q.id) >= (k.key, -9223372036854775808) AND (q.key, q.id) <= (k.key, 9223372036854775807)
                 ORDER BY q.key, q.id LIMIT 1)
          FROM unnest($1::text[]) AS k(key)))
-   AND m.waiting`
+   AND coalesce(m.waiting, false)`
 
 // queryMessagesCancelDry counts the matching rows and those in flight.
 const queryMessagesCancelDry = `

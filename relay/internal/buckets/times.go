@@ -19,8 +19,8 @@ type Times struct {
 	// row that every claim and settle reads, and while another session
 	// pins the MVCC horizon none is removed: written at every round, the
 	// 64 rows of the buckets table grew by 64 versions a second, and the
-	// claims' and settles' reads of it by as much (3,700 versions a
-	// minute, 148 pages ten minutes into a pin).
+	// claims' and settles' reads of it by as much (3,840 versions a
+	// minute, 148 pages six minutes into a pin).
 	Lease time.Duration
 	// Alive is how long a relay counts as alive, sharing the buckets, after
 	// its last renewal: as long as its buckets' leases last. Its buckets
