@@ -226,3 +226,57 @@ SELECT (SELECT count(*) FROM pg_class WHERE oid = to_regclass($1)),
 		t.Errorf("%d candidates after the upgrade and an insert that sets waiting, want the 50 pending and the new one", n)
 	}
 }
+
+// A schema of version 13 migrates in place with its pending rows
+// (migration 14): messages_unkeyed_due_idx, which only ordered mode's
+// claims walk, is dropped in the other modes and kept in ordered mode, and
+// a switch to ordered mode builds it again.
+func TestApply_UnkeyedIndexOnlyInOrderedMode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rows := "INSERT INTO %[1]s.messages (topic, payload, key) SELECT 't', 'x', CASE WHEN i %% 2 = 0 THEN 'k' || i END FROM generate_series(1, 40) AS i"
+	for _, mode := range []string{"unordered", "partitioned", "ordered"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			db, conn, q := schemaAt(t, 13,
+				"UPDATE %[1]s.relay_mode SET mode = '"+mode+"'",
+				"SELECT %[1]s.messages_apply_mode()",
+				rows)
+			indexed := func() bool {
+				t.Helper()
+				var ok bool
+				if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", q+".messages_unkeyed_due_idx").Scan(&ok); err != nil {
+					t.Fatal(err)
+				}
+				return ok
+			}
+			if !indexed() {
+				t.Fatalf("messages_unkeyed_due_idx missing at version 13 in %s mode", mode)
+			}
+			if _, err := migrations.Apply(ctx, conn, db.Name); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := indexed(), mode == "ordered"; got != want {
+				t.Errorf("after the upgrade in %s mode: messages_unkeyed_due_idx exists = %v, want %v", mode, got, want)
+			}
+			if n := db.Count(t, "messages"); n != 40 {
+				t.Errorf("%d rows in messages after the upgrade, want the 40 pending", n)
+			}
+			if _, err := conn.Exec(ctx, "INSERT INTO "+q+".messages (topic, payload) VALUES ('t', 'x')"); err != nil {
+				t.Fatalf("a producer's insert after the upgrade: %v", err)
+			}
+			// A switch to ordered mode builds it, a switch away drops it.
+			for _, next := range []string{"ordered", "unordered"} {
+				if _, err := conn.Exec(ctx, "UPDATE "+q+".relay_mode SET mode = $1", next); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := conn.Exec(ctx, "SELECT "+q+".messages_apply_mode()"); err != nil {
+					t.Fatal(err)
+				}
+				if got, want := indexed(), next == "ordered"; got != want {
+					t.Errorf("after a switch to %s mode: messages_unkeyed_due_idx exists = %v, want %v", next, got, want)
+				}
+			}
+		})
+	}
+}

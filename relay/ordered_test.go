@@ -252,17 +252,22 @@ func TestRelay_ReplicasOfAnotherModeRefuseToStart(t *testing.T) {
 }
 
 // headsIndexed reports whether ordered mode's indexes exist: the due index
-// of candidates and the index of waiting rows.
+// of candidates, the index of waiting rows and the due index of rows
+// without a key. It fails the test when only some of them do.
 func headsIndexed(t *testing.T, b *bundle) bool {
 	t.Helper()
 	var n int
 	err := b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_index
-		WHERE indrelid = $1::regclass AND indexrelid IN (to_regclass($2), to_regclass($3))`,
-		b.db.Table("messages"), b.db.Table("messages_heads_due_idx"), b.db.Table("messages_waiting_idx")).Scan(&n)
+		WHERE indrelid = $1::regclass AND indexrelid IN (to_regclass($2), to_regclass($3), to_regclass($4))`,
+		b.db.Table("messages"), b.db.Table("messages_heads_due_idx"), b.db.Table("messages_waiting_idx"),
+		b.db.Table("messages_unkeyed_due_idx")).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n == 2
+	if n != 0 && n != 3 {
+		t.Errorf("%d of ordered mode's 3 indexes exist", n)
+	}
+	return n == 3
 }
 
 // A schema recorded as ordered without ordered mode's indexes (a restore,
