@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,17 +33,27 @@ func runBinary(ctx context.Context, bin string, o bench.Options, stagger time.Du
 	}
 	defer pool.Close()
 	var cmds []*exec.Cmd
+	// exited receives each relay's exit; waited counts those received.
+	exited := make(chan error, max(o.Replicas, 1))
+	waited := 0
 	stop := func() error {
 		var first error
 		for _, cmd := range cmds {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 		}
-		for _, cmd := range cmds {
-			if err := cmd.Wait(); err != nil && first == nil {
+		for ; waited < len(cmds); waited++ {
+			if err := <-exited; err != nil && first == nil {
 				first = fmt.Errorf("%s run: %w", bin, err)
 			}
 		}
 		return first
+	}
+	// early is the error of a relay that exited before the table drained
+	// (a refused configuration, a schema newer than the binary): the run
+	// fails rather than wait for a drain that no relay makes.
+	early := func(err error) error {
+		waited++
+		return fmt.Errorf("%s run exited before the table drained: %v", bin, cmp.Or(err, errors.New("exit status 0")))
 	}
 	began := time.Now()
 	drained := make(chan error, 1)
@@ -54,6 +65,8 @@ starting:
 			case err := <-drained: // drained before every relay started
 				drained <- err
 				break starting
+			case err := <-exited:
+				return bench.Result{}, errors.Join(early(err), stop())
 			case <-time.After(stagger):
 			}
 		}
@@ -69,6 +82,7 @@ starting:
 			return bench.Result{}, errors.Join(err, stop())
 		}
 		cmds = append(cmds, cmd)
+		go func() { exited <- cmd.Wait() }()
 		if i == 0 {
 			go func() {
 				var err error
@@ -77,7 +91,12 @@ starting:
 			}()
 		}
 	}
-	drainErr := <-drained
+	var drainErr error
+	select {
+	case drainErr = <-drained:
+	case err := <-exited:
+		drainErr = early(err)
+	}
 	if err := errors.Join(drainErr, stop()); err != nil {
 		return bench.Result{}, err
 	}
