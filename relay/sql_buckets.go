@@ -120,6 +120,17 @@ const bucketOwned = `
 // the entries of deleted rows dead as it passes them, so that the next
 // claims skip them. {held_out} leaves held keys out.
 //
+// The walk orders by the bucket first, though its rows all lie in one: that
+// is the index's order, which the scan then gives as it is and stops after
+// the bucket's share. Ordered by (available_at, id) alone, the scan's order
+// did not match (the row comparisons do not fix the bucket to a constant,
+// so PostgreSQL cannot drop it from the index's order): every claim read
+// the whole bucket in a bitmap scan and sorted it to take its share: in a
+// 200k burst over four relays, 2,900 rows per bucket read to keep 48, 31k
+// buffers and 276 ms per claim. The walk alone over 16 buckets of a 200k
+// burst: 51k buffers and 106 ms sorted, 2k buffers and 2 ms in the
+// index's order.
+//
 // Only messages_bucket_due_idx can serve it (migration 11): the walk alone
 // states that index's predicate (the bucket BETWEEN 0 AND 63), and it
 // bounds available_at only inside row comparisons led by the bucket, which
@@ -144,7 +155,7 @@ const bucketWalk = `
               AND ({schema}.messages_bucket(m.key, m.id), m.available_at) >= (o.bucket, @floor::timestamptz)
               AND ` + leaseOver + `
               AND coalesce(m.destination, @default_sink) <> ALL (@closed_sinks::text[]){held_out}
-            ORDER BY m.available_at, m.id
+            ORDER BY {schema}.messages_bucket(m.key, m.id), m.available_at, m.id
             LIMIT o.max_rows
               FOR UPDATE SKIP LOCKED) AS c
      LIMIT @limit)`

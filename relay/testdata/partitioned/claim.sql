@@ -14,7 +14,7 @@ WITH owned AS MATERIALIZED (
               AND ("outbox".messages_bucket(m.key, m.id), m.available_at) >= (o.bucket, @floor::timestamptz)
               AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
               AND coalesce(m.destination, @default_sink) <> ALL (@closed_sinks::text[])
-            ORDER BY m.available_at, m.id
+            ORDER BY "outbox".messages_bucket(m.key, m.id), m.available_at, m.id
             LIMIT o.max_rows
               FOR UPDATE SKIP LOCKED) AS c
      LIMIT @limit)
