@@ -218,7 +218,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 			_ = run.wait()
 		}
 	}()
-	var buckets *bucketWatch
+	var buckets *BucketWatch
 	switch o.Mode {
 	case "backlog":
 		t0 := time.Now()
@@ -229,7 +229,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		startClocks()
 		run = rs.start(runCtx)
 		if o.Relay.Mode == outbox.ModePartitioned {
-			buckets = watchBuckets(ctx, pool, o.Schema, o.Replicas, start)
+			buckets = WatchBuckets(ctx, pool, o.Schema, o.Replicas, start)
 			defer buckets.stop()
 		}
 	case "steady":
@@ -237,7 +237,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		// mode measures the stream, not the start.
 		run = rs.start(runCtx)
 		if o.Relay.Mode == outbox.ModePartitioned {
-			buckets = watchBuckets(ctx, pool, o.Schema, o.Replicas, time.Now())
+			buckets = WatchBuckets(ctx, pool, o.Schema, o.Replicas, time.Now())
 			defer buckets.stop()
 			if err := buckets.waitShared(ctx); err != nil {
 				return errors.Join(err, run.early())
@@ -289,7 +289,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		res.Extra["burst"] = o.Burst
 	}
 	if buckets != nil {
-		if err := buckets.end(res.Extra); err != nil {
+		if err := buckets.End(res.Extra); err != nil {
 			return err
 		}
 	}

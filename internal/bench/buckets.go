@@ -49,10 +49,10 @@ func applyMode(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 	return nil
 }
 
-// bucketWatch follows the buckets table while a run's relays start:
+// BucketWatch follows the buckets table while a run's relays start:
 // when every bucket first had an owner and when every relay first held its
 // share.
-type bucketWatch struct {
+type BucketWatch struct {
 	owned, shared atomic.Int64 // time since start, 0 until then
 	sharedCh      chan struct{}
 	stop          context.CancelFunc
@@ -60,12 +60,12 @@ type bucketWatch struct {
 	err           error // of the last reading, when the watch ended on it
 }
 
-// watchBuckets reads the buckets table of o's schema every
+// WatchBuckets reads the buckets table of schema every
 // bucketsWatchEvery from now until every one of relays relays holds its
-// share, or until stop is called or ctx ends.
-func watchBuckets(ctx context.Context, pool *pgxpool.Pool, schema string, relays int, start time.Time) *bucketWatch {
+// share, or until End is called or ctx ends.
+func WatchBuckets(ctx context.Context, pool *pgxpool.Pool, schema string, relays int, start time.Time) *BucketWatch {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &bucketWatch{sharedCh: make(chan struct{}), stop: cancel, done: make(chan struct{})}
+	w := &BucketWatch{sharedCh: make(chan struct{}), stop: cancel, done: make(chan struct{})}
 	query := `
 SELECT CASE WHEN owner IS NOT NULL AND lease_until > now() THEN owner END, count(*)::int
   FROM ` + outbox.QuoteSchema(schema) + `.buckets GROUP BY 1`
@@ -122,7 +122,7 @@ SELECT CASE WHEN owner IS NOT NULL AND lease_until > now() THEN owner END, count
 }
 
 // waitShared waits until every relay holds its share of the buckets.
-func (w *bucketWatch) waitShared(ctx context.Context) error {
+func (w *BucketWatch) waitShared(ctx context.Context) error {
 	select {
 	case <-w.sharedCh:
 		return nil
@@ -139,8 +139,8 @@ func (w *bucketWatch) waitShared(ctx context.Context) error {
 	}
 }
 
-// end stops the watch and records its figures in extra.
-func (w *bucketWatch) end(extra map[string]any) error {
+// End stops the watch and records its figures in extra.
+func (w *BucketWatch) End(extra map[string]any) error {
 	w.stop()
 	<-w.done
 	for key, at := range map[string]int64{ExtraBucketsOwned: w.owned.Load(), ExtraBucketsShared: w.shared.Load()} {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/bench"
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // runBinary measures the shipped binary as users run it: the backlog of o
@@ -56,6 +57,12 @@ func runBinary(ctx context.Context, bin string, o bench.Options, stagger time.Du
 		return fmt.Errorf("%s run exited before the table drained: %v", bin, cmp.Or(err, errors.New("exit status 0")))
 	}
 	began := time.Now()
+	// In partitioned mode, when every bucket had an owner and when every
+	// process held its share, from the first exec.
+	var watch *bench.BucketWatch
+	if o.Relay.Mode == outbox.ModePartitioned {
+		watch = bench.WatchBuckets(ctx, pool, o.Schema, max(o.Replicas, 1), began)
+	}
 	drained := make(chan error, 1)
 	var elapsed time.Duration
 starting:
@@ -100,6 +107,12 @@ starting:
 	if err := errors.Join(drainErr, stop()); err != nil {
 		return bench.Result{}, err
 	}
+	extra := map[string]any{}
+	if watch != nil {
+		if err := watch.End(extra); err != nil {
+			return bench.Result{}, err
+		}
+	}
 	ok, err := bench.Verify(ctx, o)
 	if err != nil {
 		return bench.Result{}, err
@@ -107,7 +120,7 @@ starting:
 	return bench.Result{
 		Name: "outbox-relay (binary)", Events: o.N, Seconds: elapsed.Seconds(),
 		EventsPerSec: float64(o.N) / elapsed.Seconds(), Mode: "backlog", Verified: ok,
-		Replicas: max(o.Replicas, 1), DeliveryMode: bench.DeliveryMode(o.Relay), Extra: map[string]any{},
+		Replicas: max(o.Replicas, 1), DeliveryMode: bench.DeliveryMode(o.Relay), Extra: extra,
 	}, nil
 }
 
