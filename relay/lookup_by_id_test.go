@@ -336,8 +336,63 @@ func TestBucketWalk_ReadsOnlyEachBucketsShare(t *testing.T) {
 	if n != 16 {
 		t.Errorf("the claim took %d rows, want 16", n)
 	}
-	if fetched := after - before; fetched > pages {
+	if fetched := after - before; fetched*3 > pages {
 		t.Errorf("the claim read %d heap pages for 16 rows (the table has %d): its walks read their whole buckets", fetched, pages)
+	}
+}
+
+// TestClaims_ReadOnlyTheirRowsInABurst: in a burst (every row due at one
+// timestamp) with fresh statistics, a claim of 16 rows reads about as many
+// heap pages as it takes rows in every mode, not the burst: the walk that
+// found the partitioned claims reading their buckets whole
+// (TestBucketWalk_ReadsOnlyEachBucketsShare), for the claims of the other
+// modes. In ordered mode the rows have 16 keys, so that the claim's heads
+// are 16 rows.
+func TestClaims_ReadOnlyTheirRowsInABurst(t *testing.T) {
+	for _, mode := range []outbox.Mode{outbox.ModeUnordered, outbox.ModeOrdered} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := dbtest.New(t)
+			db.SetMode(t, mode)
+			db.Exec(t, `INSERT INTO %s.messages (topic, payload, key, available_at)
+			            SELECT 'events.a', 'x', 'k' || (i % 16), now() - interval '1 minute' FROM generate_series(1, 20000) AS i`)
+			db.Exec(t, `ANALYZE %s.messages`)
+			r, err := New(db.Pool, Config{Schema: db.Name, Mode: mode, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := claimRequest{limit: 16, bytes: 1 << 30, closed: []string{}}
+			var claim string
+			var args pgx.StrictNamedArgs
+			switch m := r.mode.(type) {
+			case *unordered:
+				claim, args = m.claim, r.claimArgs(req)
+			case *ordered:
+				claim, args = m.claimHeads, m.headsClaimArgs(req)
+			}
+			tx := planTx(t, db)
+			var pages, before, after int64
+			read := func(into *int64) {
+				t.Helper()
+				if err := tx.QueryRow(ctx, "SELECT pg_stat_get_xact_blocks_fetched($1::regclass)", db.Table("messages")).Scan(into); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tx.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / 8192", db.Table("messages")).Scan(&pages); err != nil {
+				t.Fatal(err)
+			}
+			read(&before)
+			n := len(claimedIDs(t, tx, claim, args))
+			read(&after)
+			t.Logf("the claim took %d rows and read %d heap pages (the table has %d)", n, after-before, pages)
+			if n == 0 {
+				t.Fatal("the claim took no row")
+			}
+			if fetched := after - before; fetched*3 > pages {
+				t.Errorf("the claim read %d heap pages for %d rows (the table has %d)", fetched, n, pages)
+			}
+		})
 	}
 }
 
