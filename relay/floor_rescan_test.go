@@ -45,22 +45,23 @@ func TestFloorRescan_FindsARowWrittenBelowTheFloor(t *testing.T) {
 			if err := db.Pool.QueryRow(ctx, "SELECT min(id) FROM "+db.Table("archive")).Scan(&first); err != nil {
 				t.Fatal(err)
 			}
-			waitfor.Condition(t, 20*time.Second, "the floors above the delivered rows", func() bool {
-				id, _ := r.floor.currentID()
-				return r.floor.current().Time.After(time.Now().Add(-time.Minute)) && id > first
-			})
 			// Transactions in progress at the relay's first refresh, other
 			// tests', may have had their ids at any time: one that ends sends
 			// the floors back to the oldest row, which is a rescan of its own.
-			waitfor.Condition(t, 60*time.Second, "the transactions of unknown age to end", func() bool {
-				r.floor.mu.Lock()
-				defer r.floor.mu.Unlock()
-				for _, since := range r.floor.seen {
+			// The refresh that sees it end drops it and sends the floors back
+			// at once, so both are asked of one state: no such transaction
+			// left, and the floors above the delivered rows (asked one after
+			// the other, the floors could be sent back in between).
+			waitfor.Condition(t, 60*time.Second, "the floors above the delivered rows, and no transaction of unknown age", func() bool {
+				f := r.floor
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				for _, since := range f.seen {
 					if since.at.IsZero() {
 						return false
 					}
 				}
-				return true
+				return f.known && f.at.After(time.Now().Add(-time.Minute)) && f.id > first
 			})
 			db.ExecAsRelay(t, fmt.Sprintf(`INSERT INTO %%s.messages (id, topic, payload, key, available_at, created_at)
 			    VALUES (%d, 'events.a', 'restored', 'k0', now() - interval '1 hour', now() - interval '1 hour')`, first-1))
