@@ -267,25 +267,12 @@ func TestBucketWalk_StartsAtTheFloor(t *testing.T) {
 
 	tx := planTx(t, db)
 	claim, _, claimArgs, _ := lookupStatements(t, tx, db, r)
-	index := db.Name + ".messages_bucket_due_idx"
-	var pages, before, after int64
-	read := func(into *int64) {
-		t.Helper()
-		if err := tx.QueryRow(ctx, "SELECT pg_stat_get_xact_blocks_fetched($1::regclass)", index).Scan(into); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / 8192", index).Scan(&pages); err != nil {
-		t.Fatal(err)
-	}
-	read(&before)
-	n := len(claimedIDs(t, tx, claim, claimArgs))
-	read(&after)
-	t.Logf("the claim took %d rows and read %d pages of the bucket index (%d pages)", n, after-before, pages)
+	n, fetched, pages := claimReading(t, tx, db.Name+".messages_bucket_due_idx", claim, claimArgs)
+	t.Logf("the claim took %d rows and read %d pages of the bucket index (%d pages)", n, fetched, pages)
 	if n != 100 {
 		t.Errorf("the claim took %d rows, want 100", n)
 	}
-	if fetched := after - before; fetched*3 > pages {
+	if fetched*3 > pages {
 		t.Errorf("the claim read %d of the bucket index's %d pages: its walks start below the floor", fetched, pages)
 	}
 }
@@ -319,24 +306,12 @@ func TestBucketWalk_ReadsOnlyEachBucketsShare(t *testing.T) {
 	}
 	m := r.mode.(*partitioned)
 	args := m.bucketsClaimArgs(claimRequest{limit: 16, bytes: 1 << 30, closed: []string{}}, buckets, epochs, shares)
-	var pages, before, after int64
-	read := func(into *int64) {
-		t.Helper()
-		if err := tx.QueryRow(ctx, "SELECT pg_stat_get_xact_blocks_fetched($1::regclass)", db.Table("messages")).Scan(into); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / 8192", db.Table("messages")).Scan(&pages); err != nil {
-		t.Fatal(err)
-	}
-	read(&before)
-	n := len(claimedIDs(t, tx, m.claims[0], args))
-	read(&after)
-	t.Logf("the claim took %d rows and read %d heap pages (the table has %d)", n, after-before, pages)
+	n, fetched, pages := claimReading(t, tx, db.Table("messages"), m.claims[0], args)
+	t.Logf("the claim took %d rows and read %d heap pages (the table has %d)", n, fetched, pages)
 	if n != 16 {
 		t.Errorf("the claim took %d rows, want 16", n)
 	}
-	if fetched := after - before; fetched*3 > pages {
+	if fetched*3 > pages {
 		t.Errorf("the claim read %d heap pages for 16 rows (the table has %d): its walks read their whole buckets", fetched, pages)
 	}
 }
@@ -352,7 +327,6 @@ func TestClaims_ReadOnlyTheirRowsInABurst(t *testing.T) {
 	for _, mode := range []outbox.Mode{outbox.ModeUnordered, outbox.ModeOrdered} {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
 			db := dbtest.New(t)
 			db.SetMode(t, mode)
 			db.Exec(t, `INSERT INTO %s.messages (topic, payload, key, available_at)
@@ -371,25 +345,12 @@ func TestClaims_ReadOnlyTheirRowsInABurst(t *testing.T) {
 			case *ordered:
 				claim, args = m.claimHeads, m.headsClaimArgs(req)
 			}
-			tx := planTx(t, db)
-			var pages, before, after int64
-			read := func(into *int64) {
-				t.Helper()
-				if err := tx.QueryRow(ctx, "SELECT pg_stat_get_xact_blocks_fetched($1::regclass)", db.Table("messages")).Scan(into); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := tx.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / 8192", db.Table("messages")).Scan(&pages); err != nil {
-				t.Fatal(err)
-			}
-			read(&before)
-			n := len(claimedIDs(t, tx, claim, args))
-			read(&after)
-			t.Logf("the claim took %d rows and read %d heap pages (the table has %d)", n, after-before, pages)
+			n, fetched, pages := claimReading(t, planTx(t, db), db.Table("messages"), claim, args)
+			t.Logf("the claim took %d rows and read %d heap pages (the table has %d)", n, fetched, pages)
 			if n == 0 {
 				t.Fatal("the claim took no row")
 			}
-			if fetched := after - before; fetched*3 > pages {
+			if fetched*3 > pages {
 				t.Errorf("the claim read %d heap pages for %d rows (the table has %d)", fetched, n, pages)
 			}
 		})
@@ -464,6 +425,28 @@ func pinHorizon(t *testing.T, db *dbtest.Schema) {
 	if _, err := pin.Exec(ctx, "SELECT 1"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// claimReading runs the claim statement claim with args in tx (claimedIDs)
+// and returns how many rows it leased, how many blocks of the relation rel
+// it fetched, and how many pages rel has.
+func claimReading(t *testing.T, tx pgx.Tx, rel, claim string, args pgx.StrictNamedArgs) (n int, fetched, pages int64) {
+	t.Helper()
+	ctx := context.Background()
+	fetchedNow := func() int64 {
+		t.Helper()
+		var blocks int64
+		if err := tx.QueryRow(ctx, "SELECT pg_stat_get_xact_blocks_fetched($1::regclass)", rel).Scan(&blocks); err != nil {
+			t.Fatal(err)
+		}
+		return blocks
+	}
+	if err := tx.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / 8192", rel).Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	before := fetchedNow()
+	n = len(claimedIDs(t, tx, claim, args))
+	return n, fetchedNow() - before, pages
 }
 
 // claimedIDs runs the claim statement claim with args in tx and returns

@@ -62,6 +62,8 @@ func runBinary(ctx context.Context, bin string, o bench.Options, stagger time.Du
 	var watch *bench.BucketWatch
 	if o.Relay.Mode == outbox.ModePartitioned {
 		watch = bench.WatchBuckets(ctx, pool, o.Schema, max(o.Replicas, 1), began)
+		// Stops it on the returns of a failed run too (End may run twice).
+		defer func() { _ = watch.End(map[string]any{}) }()
 	}
 	drained := make(chan error, 1)
 	var elapsed time.Duration
