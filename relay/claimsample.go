@@ -14,7 +14,7 @@ import (
 // hot table and its indexes (queryClaimStats), whose differences are the
 // index entries the claim read, dead ones included, and the buffers it
 // touched (outbox_relay_claim_index_entries, outbox_relay_claim_buffers).
-// The other claims run as one statement each.
+// The other claims run in a pipeline of their own (claimInIndexOrder).
 const claimSampleEvery = 10 * time.Second
 
 // claimSampler says when the next claim is measured.
@@ -39,18 +39,17 @@ type claimStats struct{ entries, buffers int64 }
 
 // claimMeasured runs the claim statement stmt as claimRows does, in a
 // transaction that reads the statistics before and after it, and records
-// the difference. Rows are returned only once the transaction committed:
-// until then their leases are not taken.
+// the difference. READ COMMITTED whatever the database's default, as
+// every claim (claimInIndexOrder). Rows are returned only once the
+// transaction committed: until then their leases are not taken.
 func (r *Relay) claimMeasured(ctx context.Context, stmt string, args pgx.StrictNamedArgs, req claimRequest) (batch []claimed, held []heldKey, err error) {
-	tx, err := r.pool.Begin(ctx)
+	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return nil, nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if req.backlog {
-		if _, err := tx.Exec(ctx, r.q.claimPlan); err != nil {
-			return nil, nil, fmt.Errorf("set the claim's plan: %w", err)
-		}
+	if _, err := tx.Exec(ctx, r.q.claimPlan); err != nil {
+		return nil, nil, fmt.Errorf("set the claim's plan: %w", err)
 	}
 	var before, after claimStats
 	if err := tx.QueryRow(ctx, r.q.claimStats).Scan(&before.entries, &before.buffers); err != nil {

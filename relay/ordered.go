@@ -96,13 +96,12 @@ func (m *ordered) headsClaimArgs(req claimRequest) pgx.StrictNamedArgs {
 // have waited for a settle that may wait for it) found nothing: the
 // settle wakes the loop when it is done.
 func (m *ordered) claim(ctx context.Context, req claimRequest) ([]claimed, error) {
-	// Always with the claim's plan (claimInIndexOrder), not only behind a
-	// full batch: the lookups of each key's oldest row and run must walk
-	// messages_key_idx in order and stop. Planned on a hot table's stale
-	// statistics, each was a bitmap scan that read and sorted all of its
-	// key's rows: with 100 keys 367 rows deep under a pinned horizon, 37k
-	// buffers and 1.5 s a claim, which leased nothing while the backlog grew.
-	req.backlog = true
+	// With the claim's plan (claimInIndexOrder), as every claim: the
+	// lookups of each key's oldest row and run must walk messages_key_idx in
+	// order and stop. Planned on a hot table's stale statistics, each was a
+	// bitmap scan that read and sorted all of its key's rows: with 100 keys
+	// 367 rows deep under a pinned horizon, 37k buffers and 1.5 s a claim,
+	// which leased nothing while the backlog grew.
 	batch, _, err := m.r.claimRows(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
 		m.r.log.Debug("a claim of heads gave up waiting for a row another transaction is changing", "err", err)

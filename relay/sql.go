@@ -314,9 +314,10 @@ const oldestID = `(SELECT id FROM {schema}.messages
 // analyzed nearly empty), which is most of the time. Off is a penalty, not
 // a ban: a plan with no other way still runs. Sorts stay on: with them off
 // the same claim's update took 338 ms. The statements that follow run as
-// prepared statements (inPipeline: claims behind a backlog, floor
-// refreshes), and each is planned for its arguments and these settings,
-// as planPerExecution plans a statement alone, rather than once for all.
+// prepared statements (inPipeline: every claim, floor refreshes), parsed
+// once per connection and planned for each execution's arguments and
+// these settings, as planPerExecution plans a statement alone, rather
+// than once for all.
 // JIT is off (jitOff).
 const queryClaimPlan = `
 SELECT set_config('enable_bitmapscan', 'off', true),
