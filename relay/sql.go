@@ -361,7 +361,7 @@ func renderFloor(schema, oldest string) (floor, rescan string) {
 
 // queryCustomPlans plans each statement of the rest of the transaction for
 // its arguments: what planPerExecution does for a statement alone, for the
-// statements of a pipeline (settleThen), which pgx runs as prepared
+// statements of a pipeline (settleInPipeline), which pgx runs as prepared
 // statements; JIT off (jitOff).
 const queryCustomPlans = `
 SELECT set_config('plan_cache_mode', 'force_custom_plan', true), ` + jitOff
