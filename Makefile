@@ -5,7 +5,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/outbox_bench?sslmode=disable
 NATS_URL ?= nats://127.0.0.1:4222
 REFLOOP ?= ../shared/refloop
 
-.PHONY: build test ci helm bench bench-binary bench-replicas bench-processes bench-pin-horizon bench-many-outboxes bench-insert examples examples-run
+.PHONY: build test ci helm bench bench-binary bench-replicas bench-processes bench-pin-horizon bench-many-outboxes bench-instructions examples examples-run
 
 build:
 	.ci/build bin/outbox-relay
@@ -109,12 +109,14 @@ bench-many-outboxes: build
 	go build -o bin/benchcmp ./internal/benchcmp
 	bin/benchcmp -many-outboxes -binary bin/outbox-relay -outboxes $(OUTBOXES) -duration $(DURATION) -warmup $(WARMUP) -backlog $(BACKLOG) -trickle-rate $(TRICKLE) -trickle-alone $(ALONE) $(MANYFLAGS)
 
-# The instructions PostgreSQL executes per inserted row, the outbox table
-# against refloop's bare table (docs/benchmarks.md, "The insert, counted"):
-# callgrind on a throwaway cluster, so the counts repeat on a noisy machine.
-# Needs valgrind and PostgreSQL's server binaries; about 3 minutes.
-bench-insert: build
-	internal/bench/insert_instructions.sh bin/outbox-relay
+# The instructions PostgreSQL executes per inserted row (the outbox table
+# against refloop's bare table) and per claim and settle (run alone against
+# prepared, as the relay runs them): docs/benchmarks.md, "The insert,
+# counted". Callgrind on a throwaway cluster, so the counts repeat on a
+# noisy machine. Needs valgrind and PostgreSQL's server binaries; about 5
+# minutes.
+bench-instructions: build
+	internal/bench/instructions.sh bin/outbox-relay
 
 # The examples' tests: their INSERT statements match the docs' and work
 # against a real schema, and the Go example's main runs (part of `make test`).

@@ -1,10 +1,10 @@
 -- The insert guard of migration 13, doing less work per row (issue 21: the
 -- insert is most of the PostgreSQL CPU the relay costs beyond a bare loop).
 --
--- Counted with callgrind on PostgreSQL 15 (make bench-insert: instructions
--- per row of one INSERT … SELECT of 10,000 rows with one header): 103,975
--- before, 92,261 after; a bare table without the table contract takes
--- 26,681 (docs/benchmarks.md, "The insert, counted").
+-- Counted with callgrind on PostgreSQL 15 (make bench-instructions: instructions
+-- per row of one INSERT … SELECT of 10,000 rows with one header): 104,035
+-- before, 92,364 after; a bare table without the table contract takes
+-- 26,704 (docs/benchmarks.md, "The insert, counted").
 --
 --   - The transaction's id is taken by an assignment, which plpgsql
 --     evaluates as a simple expression, instead of PERFORM, which ran a
