@@ -295,8 +295,8 @@ func (r *Relay) claimRows(ctx context.Context, stmt string, args pgx.StrictNamed
 // at every execution. Counted with callgrind on PostgreSQL 15 (make
 // bench-instructions; the unordered claim, parse to commit): a poll of an
 // empty table 1.40 million instructions alone, 0.53 million so; a claim of
-// 10 rows past 20 leased ones 2.48 million alone, 1.65 million so (docs/benchmarks.md, "The
-// claim and the settle, counted").
+// 10 rows past 20 leased ones 2.48 million alone, 1.65 million so
+// (docs/benchmarks.md, "The claim and the settle, counted").
 func (r *Relay) claimInIndexOrder(ctx context.Context, stmt string, args pgx.StrictNamedArgs, limit int) (batch []claimed, held []heldKey, err error) {
 	err = r.inPipeline(ctx, "BEGIN ISOLATION LEVEL READ COMMITTED", []pipelined{{sql: r.q.claimPlan}, {sql: stmt, args: args}}, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
