@@ -47,11 +47,12 @@ import (
 // statement, which is parsed and planned for the arguments of each
 // execution (with the description cached by pgx, still one round trip): a
 // cached generic plan does not know the arguments, nor how much the tables
-// grew since it was made, and can be badly wrong. The gauges and repairs
-// run so, seldom. Claims and settles, which run all the time, are prepared
-// statements in pipelines of their own instead (claimInIndexOrder,
-// settleInPipeline), planned per execution by a setting of their
-// transaction (plan_cache_mode), which saves parsing them each time.
+// grew since it was made, and can be badly wrong. The gauges, the repairs
+// and the sampled claim run so, seldom. Claims and settles, which run all
+// the time, are prepared statements in pipelines of their own instead
+// (claimInIndexOrder, settleInPipeline), planned per execution by a
+// setting of their transaction (plan_cache_mode), which saves parsing them
+// each time.
 const planPerExecution = pgx.QueryExecModeCacheDescribe
 
 // slotPattern matches a slot.
