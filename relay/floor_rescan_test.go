@@ -51,7 +51,11 @@ func TestFloorRescan_FindsARowWrittenBelowTheFloor(t *testing.T) {
 			// The refresh that sees it end drops it and sends the floors back
 			// at once, so both are asked of one state: no such transaction
 			// left, and the floors above the delivered rows (asked one after
-			// the other, the floors could be sent back in between).
+			// the other, the floors could be sent back in between). Reaching
+			// that state can take a minute on a loaded machine, when the
+			// relay's own rescan falls due: the state also holds no rescan
+			// under way, and counts as one (rescanned), so that none runs
+			// before the test asks for it.
 			waitfor.Condition(t, 60*time.Second, "the floors above the delivered rows, and no transaction of unknown age", func() bool {
 				f := r.floor
 				f.mu.Lock()
@@ -61,7 +65,11 @@ func TestFloorRescan_FindsARowWrittenBelowTheFloor(t *testing.T) {
 						return false
 					}
 				}
-				return f.known && f.at.After(time.Now().Add(-time.Minute)) && f.id > first
+				if f.rescanning || f.rescanAt != nil || !f.known || !f.at.After(time.Now().Add(-time.Minute)) || f.id <= first {
+					return false
+				}
+				f.rescanned = time.Now()
+				return true
 			})
 			db.ExecAsRelay(t, fmt.Sprintf(`INSERT INTO %%s.messages (id, topic, payload, key, available_at, created_at)
 			    VALUES (%d, 'events.a', 'restored', 'k0', now() - interval '1 hour', now() - interval '1 hour')`, first-1))
