@@ -17,6 +17,13 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
+// Extra keys of the binary's results: its processes' CPU seconds per 100k
+// events, from exec to exit, and the largest peak RSS among them, in MB.
+const (
+	extraRelayCPU    = "relay_cpu_s_per_100k"
+	extraRelayMaxRSS = "relay_max_rss_mb"
+)
+
 // runBinary measures the shipped binary as users run it: the backlog of o
 // is preloaded, then o.Replicas processes of bin (at least one) start one
 // after another, stagger apart, each with its defaults (only the database,
@@ -55,6 +62,13 @@ func runBinary(ctx context.Context, bin string, o bench.Options, stagger time.Du
 	early := func(err error) error {
 		waited++
 		return fmt.Errorf("%s run exited before the table drained: %v", bin, cmp.Or(err, errors.New("exit status 0")))
+	}
+	// PostgreSQL's CPU over the drain, from the first exec until the table
+	// is empty, when the server runs on this machine.
+	pg, pgErr := bench.NewPostgresCPU(ctx, pool)
+	var pgStart time.Duration
+	if pgErr == nil {
+		pgStart, pgErr = pg.Used()
 	}
 	began := time.Now()
 	// In partitioned mode, when every bucket had an owner and when every
@@ -106,15 +120,32 @@ starting:
 	case err := <-exited:
 		drainErr = early(err)
 	}
+	extra := map[string]any{}
+	if pgErr == nil {
+		if end, err := pg.Used(); err == nil {
+			extra[bench.ExtraPostgresCPU] = (end - pgStart).Seconds() * 100000 / float64(o.N)
+		}
+	}
 	if err := errors.Join(drainErr, stop()); err != nil {
 		return bench.Result{}, err
 	}
-	extra := map[string]any{}
 	if watch != nil {
 		if err := watch.End(extra); err != nil {
 			return bench.Result{}, err
 		}
 	}
+	// The relays' own CPU, from exec to exit, per 100k events, and the
+	// largest peak RSS of them.
+	var cpu time.Duration
+	var maxRSS int64
+	for _, cmd := range cmds {
+		cpu += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			maxRSS = max(maxRSS, ru.Maxrss)
+		}
+	}
+	extra[extraRelayCPU] = cpu.Seconds() * 100000 / float64(o.N)
+	extra[extraRelayMaxRSS] = float64(maxRSS) / 1024
 	ok, err := bench.Verify(ctx, o)
 	if err != nil {
 		return bench.Result{}, err

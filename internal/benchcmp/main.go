@@ -44,6 +44,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/bench"
+	"github.com/outbox-relay/outbox-relay/internal/gctune"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -89,6 +90,8 @@ func main() {
 	trickleAlone := flag.Duration("trickle-alone", 45*time.Second, "-many-outboxes: how long the trickle is measured once hot is empty")
 	parts := flag.String("parts", "idle,fair", "-many-outboxes: the parts run, idle and/or fair")
 	flag.Parse()
+	// The in-process relays run with the binary's collector settings.
+	gctune.Apply(os.Environ(), nil)
 	if *manyOutboxes {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -213,7 +216,8 @@ func parseCounts(list string) ([]int, error) {
 // loop (refloop, built from ../shared/refloop), or, when o fills the
 // archive or adds rows not yet due, the relay itself without them. Each
 // run's PostgreSQL CPU is measured over the whole run, inserts included,
-// when the server is local. Ratios from one run are comparable; absolute
+// when the server is local; with the binary, over the drain as well (for
+// refloop: its run less a run of its preload alone). Ratios from one run are comparable; absolute
 // numbers from different runs are not (the machines are shared and noisy).
 func compare(ctx context.Context, o bench.Options, refloop, binary string, stagger time.Duration, rounds int, w io.Writer) error {
 	pool, err := pgxpool.New(ctx, o.DatabaseURL)
@@ -248,7 +252,7 @@ func compare(ctx context.Context, o bench.Options, refloop, binary string, stagg
 		b.Archived, b.NotDue = 0, 0
 		baseline = func() (bench.Result, error) { return runRelay(ctx, b) }
 	}
-	var ratios, cpuRatios []float64
+	var ratios, cpuRatios, drainRatios []float64
 	for round := 1; round <= rounds; round++ {
 		ours := func() (bench.Result, error) { return runRelay(ctx, o) }
 		if binary != "" {
@@ -261,6 +265,19 @@ func compare(ctx context.Context, o bench.Options, refloop, binary string, stagg
 		ref, refCPU, err := measured(baseline)
 		if err != nil {
 			return fmt.Errorf("round %d: %s: %w", round, baselineName, err)
+		}
+		// The binary's drain, from exec until the table is empty, against
+		// refloop's: its run less a run of its preload alone.
+		drain := ""
+		if ourDrain, ok := res.Extra[bench.ExtraPostgresCPU].(float64); ok && binary != "" && baselineName == "refloop" && pg != nil {
+			_, preloadCPU, err := measured(func() (bench.Result, error) { return runRefloopPreload(ctx, refloop, o) })
+			if err != nil {
+				return fmt.Errorf("round %d: refloop preload: %w", round, err)
+			}
+			if refDrain := refCPU - preloadCPU; refDrain > 0 {
+				drainRatios = append(drainRatios, ourDrain/refDrain)
+				drain = fmt.Sprintf(" | drain %.2f s vs %.2f s (%.2f×)", ourDrain, refDrain, ourDrain/refDrain)
+			}
 		}
 		if o.Archived > 0 || o.NotDue > 0 {
 			// Both runs are the relay: compare their drains, without the
@@ -278,7 +295,7 @@ func compare(ctx context.Context, o bench.Options, refloop, binary string, stagg
 			cpuRatios = append(cpuRatios, ourCPU/refCPU)
 			cpu = fmt.Sprintf(" | PostgreSQL CPU per 100k %.2f s vs %.2f s (%.2f×)", ourCPU, refCPU, ourCPU/refCPU)
 		}
-		fmt.Fprintf(w, "round %d: %s %s | %s %s | ratio %.2f%s\n", round, relayName(o), summary(res), baselineName, summary(ref), r, cpu)
+		fmt.Fprintf(w, "round %d: %s %s | %s %s | ratio %.2f%s%s\n", round, relayName(o), summary(res), baselineName, summary(ref), r, cpu, drain)
 	}
 	fmt.Fprintf(w, "median ratio (%s / %s, %s) over %d rounds: %.2f\n", relayName(o), baselineName, basis(o.Mode), rounds, median(ratios))
 	if len(cpuRatios) > 0 {
@@ -287,6 +304,9 @@ func compare(ctx context.Context, o bench.Options, refloop, binary string, stagg
 			span = "drain"
 		}
 		fmt.Fprintf(w, "median PostgreSQL CPU ratio (%s / %s, %s, lower is better): %.2f\n", relayName(o), baselineName, span, median(cpuRatios))
+	}
+	if len(drainRatios) > 0 {
+		fmt.Fprintf(w, "median PostgreSQL CPU ratio (%s / %s, drain: from exec until empty, and refloop's run less its preload alone, lower is better): %.2f\n", relayName(o), baselineName, median(drainRatios))
 	}
 	return nil
 }
@@ -339,6 +359,9 @@ func summary(r bench.Result) string {
 	s := fmt.Sprintf("%.0f events/s", r.EventsPerSec)
 	if r.P50ms != nil && r.P99ms != nil {
 		s += fmt.Sprintf(", p50 %.1f ms, p99 %.1f ms", *r.P50ms, *r.P99ms)
+	}
+	if cpu, ok := r.Extra[extraRelayCPU].(float64); ok {
+		s += fmt.Sprintf(", relay CPU %.2f s per 100k, peak RSS %.0f MB", cpu, r.Extra[extraRelayMaxRSS])
 	}
 	if first, ok := r.Extra["first_delivery_ms"].(float64); ok {
 		s += fmt.Sprintf(", first after %.0f ms", first)

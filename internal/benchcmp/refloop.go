@@ -22,9 +22,22 @@ func refloopWorkers(o bench.Options) int {
 // 1000 and refloopWorkers workers (two for one relay, as its README
 // measures it), every row due at once with o.Burst (its -burst).
 func runRefloop(ctx context.Context, bin string, o bench.Options) (bench.Result, error) {
+	return runRefloopWorkers(ctx, bin, o, refloopWorkers(o))
+}
+
+// runRefloopPreload runs the reference loop's backlog run without a
+// worker: its setup, preload, ANALYZE and verification, and no drain. The
+// PostgreSQL CPU of a run less that of this one is the drain's.
+func runRefloopPreload(ctx context.Context, bin string, o bench.Options) (bench.Result, error) {
+	return runRefloopWorkers(ctx, bin, o, 0)
+}
+
+// runRefloopWorkers runs the reference loop as runRefloop does, with
+// workers workers.
+func runRefloopWorkers(ctx context.Context, bin string, o bench.Options, workers int) (bench.Result, error) {
 	args := []string{
 		"-n", strconv.Itoa(o.N), "-payload", strconv.Itoa(o.PayloadBytes),
-		"-batch", "1000", "-workers", strconv.Itoa(refloopWorkers(o)), "-mode", o.Mode,
+		"-batch", "1000", "-workers", strconv.Itoa(workers), "-mode", o.Mode,
 		"-producers", strconv.Itoa(max(o.Producers, 1)), "-producer-batch", strconv.Itoa(max(o.RowsPerTx, 1)),
 		"-dsn", o.DatabaseURL, "-nats", o.NatsURL,
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/bench"
+	"github.com/outbox-relay/outbox-relay/internal/gctune"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -69,6 +70,7 @@ func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
 			o.Progress = inv.Stderr // a progress line on a terminal, never in a log file
 		}
 	}
+	gctune.Apply(inv.Environ, o.Logger)
 	o.Relay = relay.Config{BatchSize: *batch, MaxInFlight: *inFlight, MaxInFlightBytes: *inFlightBytes, Mode: shape.Relay.Mode, Notify: *notify}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/outbox-relay/outbox-relay/internal/fleet"
+	"github.com/outbox-relay/outbox-relay/internal/gctune"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
@@ -38,6 +39,7 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 	}
 	databases := s.Outboxes.Databases
 	log := newLogger(s, inv.Stderr)
+	gctune.Apply(inv.Environ, log)
 	log.Info("starting outbox-relay", "version", inv.Version, "outboxes", describeOutboxes(databases), "mode", c.mode())
 	for _, u := range unknownVariables(inv.Environ) {
 		log.Warn("unknown variable ignored: a typo?", "variable", u.Name, "did_you_mean", u.Closest)
