@@ -8,7 +8,7 @@ WITH patience AS MATERIALIZED (
        AND c.key IS NOT NULL AND NOT c.waiting
        AND c.available_at <= now()
        AND c.available_at >= @floor::timestamptz
-       AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
+       AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
        AND coalesce(c.destination, @default_sink) <> ALL (@closed_sinks::text[])
      ORDER BY c.available_at, c.id
      LIMIT @walk
@@ -31,7 +31,7 @@ WITH patience AS MATERIALIZED (
       FROM "outbox".messages AS x
      WHERE x.id = ANY (ARRAY(
            SELECT b.id FROM blockers AS b
-            WHERE NOT b.waiting AND b.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
+            WHERE NOT b.waiting AND b.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
               AND b.id <> ALL (ARRAY(SELECT id FROM due))))
        FOR NO KEY UPDATE SKIP LOCKED
 ), heads AS MATERIALIZED (
@@ -41,7 +41,7 @@ WITH patience AS MATERIALIZED (
      UNION ALL
     SELECT x.id, x.leased_by, x.available_at, x.size, x.key, x.sink, x.fresh
       FROM beyond AS x
-     WHERE x.key IS NOT NULL AND NOT x.waiting AND x.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
+     WHERE x.key IS NOT NULL AND NOT x.waiting AND x.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
        AND x.sink <> ALL (@closed_sinks::text[])
 ), followers AS MATERIALIZED (
     SELECT f.id, h.id AS head, h.available_at AS head_at, f.pos, f.size,
@@ -50,14 +50,14 @@ WITH patience AS MATERIALIZED (
      CROSS JOIN LATERAL (
            SELECT r.id, octet_length(r.payload) AS size,
                   row_number() OVER (ORDER BY r.key, r.id) AS pos,
-                  r.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
+                  r.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
                   AND coalesce(r.destination, @default_sink) = h.sink AS ok
              FROM "outbox".messages AS r
             WHERE r.key IS NOT NULL AND (r.key, r.id) > (h.key, h.id) AND (r.key, r.id) <= (h.key, 9223372036854775807)
             ORDER BY r.key, r.id
             LIMIT (SELECT ceil(@limit::float8 / greatest(count(*), 1))::bigint - 1 FROM heads)) AS f
 ), locked AS MATERIALIZED (
-    SELECT l.id, l.leased_by, l.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day') AS ok
+    SELECT l.id, l.leased_by, l.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours') AS ok
       FROM "outbox".messages AS l
      WHERE l.id = ANY (ARRAY(SELECT id FROM followers WHERE unbroken))
        FOR NO KEY UPDATE SKIP LOCKED

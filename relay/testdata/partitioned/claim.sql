@@ -12,7 +12,7 @@ WITH owned AS MATERIALIZED (
             WHERE "outbox".messages_bucket(m.key, m.id) BETWEEN 0 AND 63
               AND ("outbox".messages_bucket(m.key, m.id), m.available_at) <= (o.bucket, now())
               AND ("outbox".messages_bucket(m.key, m.id), m.available_at) >= (o.bucket, @floor::timestamptz)
-              AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
+              AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
               AND coalesce(m.destination, @default_sink) <> ALL (@closed_sinks::text[])
             ORDER BY "outbox".messages_bucket(m.key, m.id), m.available_at, m.id
             LIMIT o.max_rows

@@ -12,7 +12,7 @@ WITH owned AS MATERIALIZED (
             WHERE "outbox".messages_bucket(m.key, m.id) BETWEEN 0 AND 63
               AND ("outbox".messages_bucket(m.key, m.id), m.available_at) <= (o.bucket, now())
               AND ("outbox".messages_bucket(m.key, m.id), m.available_at) >= (o.bucket, @floor::timestamptz)
-              AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
+              AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
               AND coalesce(m.destination, @default_sink) <> ALL (@closed_sinks::text[])
               AND (m.key IS NULL OR m.key <> ALL (@held_keys::text[]))
             ORDER BY "outbox".messages_bucket(m.key, m.id), m.available_at, m.id
@@ -30,7 +30,7 @@ WITH owned AS MATERIALIZED (
                  FROM unnest(@held_keys::text[]) AS k(key)))
            AND "outbox".messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM owned))
            AND (m.id, m.available_at) <= (m.id, now())
-           AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
+           AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
            AND coalesce(m.destination, @default_sink) <> ALL (@closed_sinks::text[])
            FOR UPDATE SKIP LOCKED) AS held_heads
 ), fits AS MATERIALIZED (

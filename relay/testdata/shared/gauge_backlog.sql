@@ -1,6 +1,6 @@
 SELECT coalesce(destination, @default_sink), count(*)
   FROM (SELECT destination FROM "outbox".messages
          WHERE available_at <= now() AND available_at >= @floor::timestamptz
-           AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
+           AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
          LIMIT @cap) AS due
  GROUP BY 1

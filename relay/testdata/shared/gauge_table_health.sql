@@ -5,7 +5,7 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM "outbox".messages
        coalesce(extract(epoch FROM now() - (
            SELECT min(available_at) FROM "outbox".messages
             WHERE available_at <= now() AND available_at >= @floor::timestamptz
-              AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day'))), 0)::float8,
+              AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours'))), 0)::float8,
        (SELECT count(*) FROM (SELECT 1 FROM "outbox".dead_letters LIMIT @cap) AS d),
        coalesce((SELECT n_dead_tup FROM pg_catalog.pg_stat_user_tables
                   WHERE schemaname = @schema_name AND relname = 'messages'), 0),

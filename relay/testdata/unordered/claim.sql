@@ -3,7 +3,7 @@ WITH due AS MATERIALIZED (
       FROM "outbox".messages AS c
      WHERE available_at <= now()
        AND available_at >= @floor::timestamptz
-       AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '1 day')
+       AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
        AND coalesce(destination, @default_sink) <> ALL (@closed_sinks::text[])
      ORDER BY available_at, id
      LIMIT @limit
