@@ -81,6 +81,18 @@ func (f *inFlight) reserve(open []string, n int) int {
 	return n
 }
 
+// room returns how many rows a claim could reserve now for every sink in
+// open: what the fullest of them has left.
+func (f *inFlight) room(open []string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.limit
+	for _, s := range open {
+		n = min(n, f.limit-f.count[s])
+	}
+	return max(n, 0)
+}
+
 // unreserve gives back, for each sink in open, the part of a reservation of
 // n rows that the claim did not use (used[sink] rows went to that sink).
 func (f *inFlight) unreserve(open []string, n int, used map[string]int) {
