@@ -17,12 +17,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
-// Extra keys of the binary's results: its processes' CPU seconds per 100k
-// events, from exec to exit, and the largest peak RSS among them, in MB.
-const (
-	extraRelayCPU    = "relay_cpu_s_per_100k"
-	extraRelayMaxRSS = "relay_max_rss_mb"
-)
+// extraPeakRSS is the key of the peak RSS in MB in a result's Extra.
+const extraPeakRSS = "peak_rss_mb"
 
 // runBinary measures the shipped binary as users run it: the backlog of o
 // is preloaded, then o.Replicas processes of bin (at least one) start one
@@ -135,7 +131,8 @@ starting:
 		}
 	}
 	// The relays' own CPU, from exec to exit, per 100k events, and the
-	// largest peak RSS of them.
+	// largest peak RSS among them, in MB (as the in-process benchmark
+	// reports its process's).
 	var cpu time.Duration
 	var maxRSS int64
 	for _, cmd := range cmds {
@@ -144,8 +141,8 @@ starting:
 			maxRSS = max(maxRSS, ru.Maxrss)
 		}
 	}
-	extra[extraRelayCPU] = cpu.Seconds() * 100000 / float64(o.N)
-	extra[extraRelayMaxRSS] = float64(maxRSS) / 1024
+	extra[bench.ExtraRelayCPU] = cpu.Seconds() * 100000 / float64(o.N)
+	extra[extraPeakRSS] = float64(maxRSS) / 1024
 	ok, err := bench.Verify(ctx, o)
 	if err != nil {
 		return bench.Result{}, err

@@ -360,8 +360,11 @@ func summary(r bench.Result) string {
 	if r.P50ms != nil && r.P99ms != nil {
 		s += fmt.Sprintf(", p50 %.1f ms, p99 %.1f ms", *r.P50ms, *r.P99ms)
 	}
-	if cpu, ok := r.Extra[extraRelayCPU].(float64); ok {
-		s += fmt.Sprintf(", relay CPU %.2f s per 100k, peak RSS %.0f MB", cpu, r.Extra[extraRelayMaxRSS])
+	if cpu, ok := r.Extra[bench.ExtraRelayCPU].(float64); ok {
+		s += fmt.Sprintf(", relay CPU %.2f s per 100k", cpu)
+	}
+	if rss, ok := r.Extra[extraPeakRSS].(float64); ok {
+		s += fmt.Sprintf(", peak RSS %.0f MB", rss)
 	}
 	if first, ok := r.Extra["first_delivery_ms"].(float64); ok {
 		s += fmt.Sprintf(", first after %.0f ms", first)
