@@ -136,6 +136,7 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 		}
 		waiting = time.Time{}
 		start := time.Now()
+		r.pacer.started(c.what, start)
 		// The claim is not cut short by shutdown at once: rows it leased
 		// are delivered or released by the drain, not left leased until
 		// the lease expires. A claim stuck behind a lock gives up after a
@@ -195,8 +196,9 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 			// A full batch: more are waiting, claim again at once.
 		case len(batch) > 0:
 			// Rows are arriving: look again soon, so that a steady
-			// stream is not delayed by a whole poll interval.
-			pause(ctx, jittered(r.cfg.PollInterval/10), c.wake, notified, nil)
+			// stream is not delayed by a whole poll interval, taking
+			// turns with the other loops (claimPacer).
+			pause(ctx, r.pacer.afterRows(c.what, start, time.Now(), jittered(r.cfg.PollInterval/10)), c.wake, notified, nil)
 		case c.eagerPause != nil && time.Since(lastRows) < r.cfg.PollInterval:
 			pause(ctx, jittered(c.eagerPause()), c.wake, notified, nil)
 		case c.follower && idle > r.cfg.PollInterval:

@@ -44,6 +44,8 @@ type Relay struct {
 	settleCh   chan []outcome
 	// claimHealth records, per claim loop, since when its claims fail.
 	claimHealth []claimHealth
+	// pacer spaces the loops' claims of a steady stream (pacing.go).
+	pacer *claimPacer
 	// settleHealth records since when settles fail, and the rows whose
 	// settle is refused on their own.
 	settleHealth *settleHealth
@@ -119,6 +121,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	r.q.floor, r.q.floorRescan = renderFloor(cfg.Schema, r.mode.oldestClaimable())
 	r.settleSQL = r.mode.settleStatements()
 	r.claimHealth = make([]claimHealth, len(r.mode.claimers()))
+	r.pacer = newClaimPacer(r.mode.claimers())
 	r.settleHealth = &settleHealth{refusedFor: 2 * cfg.Lease}
 	r.watches = make(map[string]*sinkWatch, len(cfg.Sinks))
 	for name := range cfg.Sinks {

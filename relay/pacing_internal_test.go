@@ -1,0 +1,42 @@
+package relay
+
+import (
+	"testing"
+	"time"
+)
+
+// TestClaimPacer_LoopsTakeTurns: two loops claiming the same rows, started
+// in step, each claim lasting 1 ms. After their first round the claims of
+// the two alternate every/2 apart, and neither loop claims more often than
+// every: the longest wait for a claim is halved, the claims per second stay.
+func TestClaimPacer_LoopsTakeTurns(t *testing.T) {
+	const every = 5 * time.Millisecond
+	p := newClaimPacer([]claimer{{what: "rows"}, {what: "rows"}, {what: "rows without a key"}})
+	t0 := time.Unix(0, 0)
+	next := []time.Time{t0, t0.Add(100 * time.Microsecond)} // in step
+	var starts []time.Time
+	for range 20 {
+		i := 0
+		if next[1].Before(next[0]) {
+			i = 1
+		}
+		start := next[i]
+		p.started("rows", start)
+		starts = append(starts, start)
+		now := start.Add(time.Millisecond) // the claim's round trip
+		next[i] = now.Add(p.afterRows("rows", start, now, every))
+		if next[i].Sub(start) < every {
+			t.Fatalf("loop %d claims again %s after its claim began, less than %s", i, next[i].Sub(start), every)
+		}
+	}
+	for k := 4; k < len(starts); k++ {
+		if gap := starts[k].Sub(starts[k-1]); gap != every/2 {
+			t.Errorf("claim %d began %s after the one before, want %s (the loops take turns)", k, gap, every/2)
+		}
+	}
+	// A loop alone on its rows is paced by its own claims only.
+	start := t0.Add(time.Second)
+	if d := p.afterRows("rows without a key", start, start.Add(time.Millisecond), every); d != every-time.Millisecond {
+		t.Errorf("a lone loop waits %s after a 1 ms claim, want %s", d, every-time.Millisecond)
+	}
+}
