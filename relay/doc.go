@@ -33,7 +33,8 @@
 //
 // Claims, deliveries and settles run concurrently: two claim loops keep
 // claiming while batches come back full and the per-sink in-flight budget
-// allows; each batch is split by sink and delivered in its own goroutine;
+// has room for a whole batch (waiting up to PollInterval for it), and take
+// turns while rows trickle in (claimPacer, pacing.go); each batch is split by sink and delivered in its own goroutine;
 // settlers write down whatever outcomes have arrived in one round trip (one
 // implicit transaction: archive + delivered keys, requeue, dead letters).
 // Every settle statement matches (id, claim_seq): each claim increments
