@@ -32,10 +32,11 @@ var allowed = []struct {
 	{"relay", []string{"sinks", "outbox", "relay/internal/buckets"}},
 	{"relay/internal/buckets", nil}, // the lease protocol: pgx and the standard library only
 	{"relay/admin", []string{"outbox"}},
-	{"internal/cli", []string{"internal/fleet", "relay", "relay/admin", "sinks", "sinks/...", "outbox", "migrations", "internal/bench"}},
+	{"internal/cli", []string{"internal/fleet", "relay", "relay/admin", "sinks", "sinks/...", "outbox", "migrations", "internal/bench", "internal/gctune"}},
 	{"internal/fleet", []string{"relay", "outbox"}}, // one relay per outbox: never the CLI, never a sink
 	{"internal/bench", []string{"relay", "sinks", "sinks/nats", "outbox", "migrations"}},
-	{"internal/benchcmp", []string{"internal/bench", "relay", "outbox"}},
+	{"internal/benchcmp", []string{"internal/bench", "internal/gctune", "relay", "outbox"}},
+	{"internal/gctune", nil}, // the Go collector's settings: the standard library only
 	{"internal/dbtest", []string{"migrations", "outbox"}},
 	{"internal/natstest", nil},
 	{"internal/kafkatest", nil},
