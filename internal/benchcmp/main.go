@@ -38,6 +38,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -229,7 +230,16 @@ func compare(ctx context.Context, o bench.Options, refloop, binary string, stagg
 	if err != nil {
 		fmt.Fprintf(w, "PostgreSQL CPU: %v\n", err)
 	}
+	var checkpointOnce sync.Once
 	measured := func(run func() (bench.Result, error)) (bench.Result, float64, error) {
+		// Every run starts from a checkpoint, so that none is measured
+		// across one that the WAL of the runs before it brought due (a
+		// 10k/s run writes about 250 MB, and the server checkpoints every
+		// max_wal_size, 1 GB by default): its fsyncs and the full-page
+		// images after it set the p99 of whichever run it fell in.
+		if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
+			checkpointOnce.Do(func() { fmt.Fprintf(w, "CHECKPOINT before each run: %v (runs may span checkpoints)\n", err) })
+		}
 		var before time.Duration
 		if pg != nil {
 			before, _ = pg.Used()
