@@ -14,8 +14,9 @@ import (
 // stream. Paced, each loop still claims once per every, but the loops take
 // turns: a loop's next claim comes every/n after the latest claim any of
 // them began or has planned (n loops), and no sooner than every after its
-// own last claim began. The claims per second stay what they were; the
-// longest wait for one is halved with two loops.
+// own last claim began (nor later than every after the claim ended). The
+// claims per second stay what they were; the longest wait for one is
+// halved with two loops.
 type claimPacer struct {
 	mu sync.Mutex
 	// loops is how many loops claim each kind of rows, and last the
@@ -45,7 +46,12 @@ func (p *claimPacer) started(what string, t time.Time) {
 // afterRows returns how long a loop waits, at now, after its claim of rows
 // what that began at start found some rows but not a full batch: until
 // every/n after the latest claim of those rows begun or planned, and at
-// least until every after start; and plans its next claim then.
+// least until every after start, but never longer than every; and plans
+// its next claim then. The cap keeps the plans near the clock when loops
+// claim before their plans (a notification or a settle ends a pause
+// early): planning each claim every/n after the last plan would otherwise
+// run ahead of the clock with every early claim, and the pause after the
+// last notification would grow with the stream's length.
 func (p *claimPacer) afterRows(what string, start, now time.Time, every time.Duration) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -54,6 +60,9 @@ func (p *claimPacer) afterRows(what string, start, now time.Time, every time.Dur
 		if turn := p.last[what].Add(every / time.Duration(n)); turn.After(next) {
 			next = turn
 		}
+	}
+	if latest := now.Add(every); next.After(latest) {
+		next = latest
 	}
 	p.last[what] = next
 	return max(next.Sub(now), 0)

@@ -6,7 +6,7 @@ import (
 )
 
 // TestClaimPacer_LoopsTakeTurns: two loops claiming the same rows, started
-// in step, each claim lasting 1 ms. After their first round the claims of
+// in step, each claim lasting 1 ms. After a few rounds the claims of
 // the two alternate every/2 apart, and neither loop claims more often than
 // every: the longest wait for a claim is halved, the claims per second stay.
 func TestClaimPacer_LoopsTakeTurns(t *testing.T) {
@@ -29,7 +29,7 @@ func TestClaimPacer_LoopsTakeTurns(t *testing.T) {
 			t.Fatalf("loop %d claims again %s after its claim began, less than %s", i, next[i].Sub(start), every)
 		}
 	}
-	for k := 4; k < len(starts); k++ {
+	for k := 8; k < len(starts); k++ {
 		if gap := starts[k].Sub(starts[k-1]); gap != every/2 {
 			t.Errorf("claim %d began %s after the one before, want %s (the loops take turns)", k, gap, every/2)
 		}
@@ -38,5 +38,24 @@ func TestClaimPacer_LoopsTakeTurns(t *testing.T) {
 	start := t0.Add(time.Second)
 	if d := p.afterRows("rows without a key", start, start.Add(time.Millisecond), every); d != every-time.Millisecond {
 		t.Errorf("a lone loop waits %s after a 1 ms claim, want %s", d, every-time.Millisecond)
+	}
+}
+
+// TestClaimPacer_EarlyClaimsDoNotPushThePlansAhead: loops woken before
+// their plans (a notification on every insert, a settle in ordered mode)
+// claim back to back for a minute; once the wake-ups stop, a loop waits no
+// longer than every, as if it had never been woken early.
+func TestClaimPacer_EarlyClaimsDoNotPushThePlansAhead(t *testing.T) {
+	const every = 5 * time.Millisecond
+	p := newClaimPacer([]claimer{{what: "rows"}, {what: "rows"}})
+	now := time.Unix(0, 0)
+	for range 60000 { // a claim a millisecond, each 0.5 ms long
+		start := now
+		p.started("rows", start)
+		now = start.Add(500 * time.Microsecond)
+		if d := p.afterRows("rows", start, now, every); d > every {
+			t.Fatalf("after %s of early claims a loop would wait %s, more than %s", now.Sub(time.Unix(0, 0)), d, every)
+		}
+		now = now.Add(500 * time.Microsecond) // woken early
 	}
 }
