@@ -65,32 +65,23 @@ func (f *inFlight) done(sink string, n int) {
 }
 
 // reserve takes room for a claim of up to n rows from every sink in open,
-// as much as the fullest of them has left, and returns it (0 when one is
-// full). Reserving before claiming keeps every sink within the limit however
+// as much as the fullest of them has left, and returns it: 0 when one is
+// full, or has less than atLeast rows left (nothing is then taken).
+// Reserving before claiming keeps every sink within the limit however
 // many claims run at once; unreserve gives back what the claim did not use.
-func (f *inFlight) reserve(open []string, n int) int {
+func (f *inFlight) reserve(open []string, n, atLeast int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, s := range open {
 		n = min(n, f.limit-f.count[s])
 	}
-	n = max(n, 0)
+	if n < max(atLeast, 1) {
+		return 0
+	}
 	for _, s := range open {
 		f.count[s] += n
 	}
 	return n
-}
-
-// room returns how many rows a claim could reserve now for every sink in
-// open: what the fullest of them has left.
-func (f *inFlight) room(open []string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := f.limit
-	for _, s := range open {
-		n = min(n, f.limit-f.count[s])
-	}
-	return max(n, 0)
 }
 
 // unreserve gives back, for each sink in open, the part of a reservation of

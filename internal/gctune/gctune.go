@@ -42,11 +42,11 @@ func Apply(environ []string, log *slog.Logger) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if _, set := lookupEnv(environ, "GOGC"); !set {
+	if !isSet(environ, "GOGC") {
 		debug.SetGCPercent(gcPercent)
 		attrs = append(attrs, "gogc", gcPercent)
 	}
-	if _, set := lookupEnv(environ, "GOMEMLIMIT"); !set {
+	if !isSet(environ, "GOMEMLIMIT") {
 		if limit, ok := containerMemoryLimit(cgroupMemoryLimits); ok {
 			soft := int64(float64(limit) * memoryLimitShare)
 			debug.SetMemoryLimit(soft)
@@ -76,12 +76,12 @@ func containerMemoryLimit(files []string) (int64, bool) {
 	return 0, false
 }
 
-// lookupEnv returns the value of name in environ, and whether it is set.
-func lookupEnv(environ []string, name string) (string, bool) {
+// isSet reports whether environ sets name (to any value, empty included).
+func isSet(environ []string, name string) bool {
 	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
-			return v, true
+		if k, _, ok := strings.Cut(kv, "="); ok && k == name {
+			return true
 		}
 	}
-	return "", false
+	return false
 }
