@@ -65,10 +65,8 @@ func cmdBench(ctx context.Context, inv *Invocation, args []string) error {
 	o.Mode, o.N, o.PayloadBytes, o.Rate, o.Label, o.Timeout = *mode, *n, *payload, *rate, *label, *timeout
 	o.Keys, o.Producers, o.RowsPerTx, o.Archived, o.NotDue, o.ChosenKeys = *keys, *producers, *rowsPerTx, *archived, *notDue, *chosenKeys
 	o.Replicas, o.Burst = *replicas, *burst
-	if f, ok := inv.Stderr.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			o.Progress = inv.Stderr // a progress line on a terminal, never in a log file
-		}
+	if isTerminal(inv.Stderr) {
+		o.Progress = inv.Stderr // a progress line on a terminal, never in a log file
 	}
 	gctune.Apply(inv.Environ, o.Logger)
 	o.Relay = relay.Config{BatchSize: *batch, MaxInFlight: *inFlight, MaxInFlightBytes: *inFlightBytes, Mode: shape.Relay.Mode, Notify: *notify}

@@ -73,6 +73,10 @@ func Main(ctx context.Context, inv Invocation) int {
 	} else if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 		name, args = "help", args[1:]
 	}
+	stdout, stderr := &commandWriter{w: inv.Stdout}, &commandWriter{w: inv.Stderr}
+	defer stdout.end()
+	defer stderr.end()
+	inv.Stdout, inv.Stderr = stdout, stderr
 	c, ok := lookup(name)
 	if !ok {
 		fmt.Fprintf(inv.Stderr, "outbox-relay: unknown command %q\n\n", name)

@@ -35,7 +35,7 @@ func readableDurations(_ []string, a slog.Attr) slog.Attr {
 
 // isTerminal reports whether w is a terminal (a character device).
 func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+	f, ok := underlying(w).(*os.File)
 	if !ok {
 		return false
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,9 +70,15 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 		return err
 	}
 	defer closeSinks()
+	// The start-up checks end with the command, before the sinks close
+	// (deferred after closeSinks, so run first).
+	checks, stopChecks := context.WithCancel(ctx)
+	var checking sync.WaitGroup
+	defer checking.Wait()
+	defer stopChecks()
 	for name, sink := range opened {
 		if checker, ok := sink.(sinks.StartupChecker); ok {
-			go checkStartup(ctx, name, checker, problems, log)
+			checking.Go(func() { checkStartup(checks, name, checker, problems, log) })
 		}
 	}
 
