@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -571,5 +572,69 @@ func TestBucketsClaim_KeepsAndHoldsInOnePass(t *testing.T) {
 	}
 	if leased != 999 || held != 1 {
 		t.Errorf("the claim leased %d rows and left %d of k7 behind its row in flight; want 999 and 1", leased, held)
+	}
+}
+
+// TestHeadsRepair_LooksAtTheFirstWaitingRowOfEachKey: the repair looks for
+// an older row of one waiting row per key, the first, and makes it a
+// candidate when none is left; it looked for one of every waiting row, and
+// under a pinned horizon each of those lookups walked its key's dead
+// entries (a 100-key backlog: one repair ran for minutes).
+func TestHeadsRepair_LooksAtTheFirstWaitingRowOfEachKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	db.SetMode(t, outbox.ModeOrdered)
+	const keys, perKey = 20, 200
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key)
+	            SELECT 'events.a', 'x', 'k' || (i % `+strconv.Itoa(keys)+`) FROM generate_series(1, `+strconv.Itoa(keys*perKey)+`) AS i`)
+	// Every row waits behind its key's head, as the claims leave them;
+	// then k3's head is deleted by hand, so its next row waits behind
+	// nothing.
+	db.Exec(t, `UPDATE %s.messages SET waiting = true WHERE id NOT IN (SELECT min(id) FROM %s.messages GROUP BY key)`)
+	db.Exec(t, `DELETE FROM %s.messages WHERE id = (SELECT min(id) FROM %s.messages WHERE key = 'k3')`)
+	db.Exec(t, `ANALYZE %s.messages`)
+	r, err := New(db.Pool, Config{Schema: db.Name, Mode: outbox.ModeOrdered, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := r.mode.(*ordered)
+
+	tx := planTx(t, db)
+	plan := explain(t, tx, m.repairHeads, r.idFloorArgs(pgx.StrictNamedArgs{"cap": headsRepairCap}))
+	if err := tx.Rollback(ctx); err != nil { // the explained update locked the row it repaired
+		t.Fatal(err)
+	}
+	var lookups float64
+	eachPlanNode(plan, func(n map[string]any) {
+		if n["Index Name"] == "messages_key_idx" {
+			lookups += n["Actual Loops"].(float64)
+		}
+	})
+	if lookups == 0 || lookups > keys {
+		t.Errorf("the repair looked for older rows %v times, want one lookup per key (%d) at most", lookups, keys)
+	}
+	if uses := indexScans(plan, "", indexNamed("messages_waiting_idx")); len(uses) == 0 {
+		t.Errorf("the repair does not step through messages_waiting_idx")
+	}
+
+	var want int64
+	if err := db.Pool.QueryRow(ctx, "SELECT min(id) FROM "+db.Table("messages")+" WHERE key = 'k3'").Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	m.repair(ctx)
+	rows, err := db.Pool.Query(ctx, "SELECT id FROM "+db.Table("messages")+" WHERE NOT waiting AND key = 'k3'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("k3's candidates after the repair: %v, want its oldest row %d alone", got, want)
+	}
+	if n := db.CountWhere(t, "messages", "NOT waiting"); n != keys {
+		t.Errorf("%d candidates after the repair, want one per key (%d)", n, keys)
 	}
 }

@@ -298,16 +298,38 @@ const stillWaiting = `coalesce(m.waiting, false)`
 // that no older row of its key holds up, and returns their keys. The
 // settles leave none (the protocol above); a head deleted by hand, or a
 // row written with waiting set by a session that skips triggers, does.
-// It walks messages_waiting_idx, and looks for older rows from the id
-// floor, as the claims do.
+//
+// Only the first waiting row of a key can be such a row (every later one
+// waits behind it), so the repair looks at one row per key: it steps from
+// key to key through messages_waiting_idx (first_waiting, one index descent
+// a key), and looks for an older row of each from the id floor, as the
+// claims do. It looked for an older row of every waiting row before: under
+// a pinned horizon, with a backlog of waiting rows on a hundred hot keys,
+// each of those lookups walked its key's dead entries, and the statement
+// ran for minutes, holding a transaction id from its start (withXactID)
+// that every snapshot in the cluster then kept as its xmin, so that it
+// pinned the horizon of every database on the server, the unpinned ones
+// too (docs/benchmarks.md, "Ordered mode under a pin").
 var queryHeadsRepair = `
 UPDATE {schema}.messages AS m
    SET waiting = false, available_at = ` + promotedAt + `
  WHERE m.id = ANY (ARRAY(
-       SELECT x.id FROM {schema}.messages AS x
-        WHERE x.waiting
-          AND NOT EXISTS (SELECT 1 FROM {schema}.messages AS o
-                           WHERE ` + ofKey("o", "x.key") + ` AND o.id < x.id)
+       WITH RECURSIVE first_waiting AS (
+           (SELECT x.key, x.id FROM {schema}.messages AS x
+             WHERE x.waiting
+             ORDER BY x.key, x.id
+             LIMIT 1)
+           UNION ALL
+           SELECT n.key, n.id
+             FROM first_waiting AS f,
+                  LATERAL (SELECT x.key, x.id FROM {schema}.messages AS x
+                            WHERE x.waiting AND x.key > f.key
+                            ORDER BY x.key, x.id
+                            LIMIT 1) AS n
+       )
+       SELECT f.id FROM first_waiting AS f
+        WHERE NOT EXISTS (SELECT 1 FROM {schema}.messages AS o
+                           WHERE ` + ofKey("o", "f.key") + ` AND o.id < f.id)
         LIMIT @cap))
    AND ` + stillWaiting + ` AND ` + withXactID + `
 RETURNING m.key`
