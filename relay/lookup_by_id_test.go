@@ -638,3 +638,24 @@ func TestHeadsRepair_LooksAtTheFirstWaitingRowOfEachKey(t *testing.T) {
 		t.Errorf("%d candidates after the repair, want one per key (%d)", n, keys)
 	}
 }
+
+// TestKeyLookups_RepairStepsThroughTheWaitingIndex: with the statistics of
+// a nearly empty table and a pinned horizon, the repair still steps from
+// key to key through messages_waiting_idx and reads no whole table: a
+// sequential scan and a sort for each key's step would read every version
+// the pin keeps, once per key.
+func TestKeyLookups_RepairStepsThroughTheWaitingIndex(t *testing.T) {
+	t.Parallel()
+	db, r := staleStatistics(t, outbox.ModeOrdered)
+	db.Exec(t, `UPDATE %s.messages SET waiting = true WHERE id NOT IN (SELECT min(id) FROM %s.messages GROUP BY key)`)
+	tx := planTx(t, db)
+	plan := explain(t, tx, r.mode.(*ordered).repairHeads, r.idFloorArgs(pgx.StrictNamedArgs{"cap": headsRepairCap}))
+	if uses := indexScans(plan, "", indexNamed("messages_waiting_idx")); len(uses) == 0 {
+		t.Errorf("the repair does not step through messages_waiting_idx")
+	}
+	eachPlanNode(plan, func(n map[string]any) {
+		if n["Node Type"] == "Seq Scan" && n["Relation Name"] == "messages" {
+			t.Errorf("the repair reads the whole table: %v (%v rows, %v loops)", n["Node Type"], n["Actual Rows"], n["Actual Loops"])
+		}
+	})
+}
