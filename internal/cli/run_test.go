@@ -16,7 +16,6 @@ import (
 // standard error (a test reading it, or main exiting, would race it).
 type closableWriter struct {
 	mu     sync.Mutex
-	buf    bytes.Buffer
 	closed bool
 	late   []string
 }
@@ -27,7 +26,7 @@ func (w *closableWriter) Write(p []byte) (int, error) {
 	if w.closed {
 		w.late = append(w.late, string(p))
 	}
-	return w.buf.Write(p)
+	return len(p), nil
 }
 
 func (w *closableWriter) close() {
