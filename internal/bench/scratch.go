@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -97,12 +98,37 @@ func resetStream(ctx context.Context, url string) error {
 			return fmt.Errorf("delete stream: %w", err)
 		}
 	}
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+	cfg := jetstream.StreamConfig{
 		Name: Stream, Description: ScratchMarker, Subjects: []string{"bench.outbox.>"},
 		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: 1,
-	})
-	if err != nil {
-		return fmt.Errorf("create stream: %w", err)
 	}
-	return nil
+	// Just after the delete, the server may still be removing the old
+	// stream's files, and refuses to create its store (CI met it once, in
+	// an in-process server): try again a few times.
+	for attempt := 1; ; attempt++ {
+		_, err = js.CreateStream(ctx, cfg)
+		if err == nil {
+			return nil
+		}
+		if attempt == storeRetries || !storeNotCreated(err) {
+			return fmt.Errorf("create stream: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("create stream: %w", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// storeRetries is how many times resetStream tries to create the stream
+// while the server cannot create its store.
+const storeRetries = 5
+
+// storeNotCreated reports whether err is the server's failure to create a
+// stream's store (JetStream error 10049, "error creating store for
+// stream").
+func storeNotCreated(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10049 && strings.Contains(apiErr.Description, "error creating store")
 }
