@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
@@ -274,6 +277,7 @@ func (r *Relay) claimArgs(req claimRequest) pgx.StrictNamedArgs {
 		"lease":        r.cfg.Lease,
 		"byte_budget":  req.bytes,
 		"oversized":    req.oversized,
+		"payload_max":  r.cfg.MaxInFlightBytes,
 		"floor":        r.floor.current(),
 	}
 }
@@ -362,15 +366,26 @@ func (r *Relay) readClaimed(rows pgx.Rows, limit int) (batch []claimed, held []h
 		var (
 			c                          claimed
 			key, destination, emptyKey *string
+			topic, idempotencyKey      *string
+			tooLarge                   *string
 			headers                    []byte
 			createdAt                  pgtype.Timestamptz
 		)
-		err := rows.Scan(&c.ID, &c.Topic, &c.Payload, &key, &headers, &c.IdempotencyKey, &destination,
-			&createdAt, &c.Attempt, &c.seq, &c.rescued, &c.duplicate, &c.bucket, &emptyKey)
-		if err == nil {
+		err := rows.Scan(&c.ID, &topic, &c.Payload, &key, &headers, &idempotencyKey, &destination,
+			&createdAt, &c.Attempt, &c.seq, &c.rescued, &c.duplicate, &c.bucket, &tooLarge, &emptyKey)
+		if err == nil && tooLarge == nil {
+			c.Topic, c.IdempotencyKey = deref(topic), deref(idempotencyKey)
 			c.Headers, err = parseHeaders(headers)
 		}
-		if err != nil {
+		switch {
+		case err == nil && tooLarge != nil:
+			// A part larger than the relay reads: the claim left it
+			// unread, and the row goes to the dead letters alone.
+			// The parts within their limits were read (a key keeps its
+			// order's bookkeeping).
+			c.unreadable = r.tooLargeReason(*tooLarge)
+			c.Topic, c.IdempotencyKey = deref(topic), deref(idempotencyKey)
+		case err != nil:
 			// One row the relay cannot read must not stop the others: it
 			// is dead-lettered with the reason, the batch goes on.
 			if !readIDAndSeq(rows, &c) {
@@ -399,6 +414,42 @@ func (r *Relay) readClaimed(rows pgx.Rows, limit int) (batch []claimed, held []h
 	}
 	slices.SortFunc(batch, func(a, b claimed) int { return cmp.Compare(a.ID, b.ID) })
 	return batch, held, nil
+}
+
+// tooLargeReason says why a row whose part too_large names ("topic 4100":
+// the part and its size in bytes) was not read, naming the limit.
+func (r *Relay) tooLargeReason(tooLarge string) string {
+	part, size, _ := strings.Cut(tooLarge, " ")
+	n, _ := strconv.ParseInt(size, 10, 64)
+	e := &sinks.LimitError{What: part, Size: n, Limit: "the relay's limit on a row's " + part, Max: rowPartLimit(part)}
+	if part == "payload" {
+		e.Limit, e.Max = "RELAY_MAX_IN_FLIGHT_BYTES", r.cfg.MaxInFlightBytes
+	}
+	return "the relay does not read this row: " + e.Error()
+}
+
+// rowPartLimit returns the most bytes a claim reads of a row's part other
+// than its payload (outbox/limits.go).
+func rowPartLimit(part string) int64 {
+	switch part {
+	case "topic":
+		return outbox.TopicBytesMax
+	case "key":
+		return outbox.KeyBytesMax
+	case "idempotency_key":
+		return outbox.IdempotencyKeyBytesMax
+	case "destination":
+		return outbox.DestinationBytesMax
+	default:
+		return outbox.HeadersBytesMax
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // readIDAndSeq reads the id and claim_seq of the current row alone, for a

@@ -62,8 +62,9 @@ type Config struct {
 	MaxInFlight int
 	// MaxInFlightBytes bounds the payload bytes of the rows claimed and not
 	// yet settled, over all sinks (RELAY_MAX_IN_FLIGHT_BYTES): the relay's
-	// memory follows it, whatever the payload sizes. A row larger than the
-	// whole budget is still claimed, alone. Default MaxInFlightBytesDefault.
+	// memory follows it, whatever the payload sizes. A row whose payload is
+	// larger than the whole budget is claimed without its payload and
+	// dead-lettered as permanent. Default MaxInFlightBytesDefault.
 	MaxInFlightBytes int64
 	// PollInterval is the pause after a claim that found nothing
 	// (RELAY_POLL_INTERVAL); after a claim that found rows but was not full
@@ -123,8 +124,8 @@ type Config struct {
 	// created_at. Headers the row sets itself are kept.
 	CloudEventsSource string
 	// TracerProvider, when set, traces deliveries (tracing.go): one CLIENT
-	// span "send {destination}" per batch, sink and destination, linked to
-	// each row's traceparent. Nil: no spans, and nothing is spent on them.
+	// span "send {sink}" per batch, sink and destination, linked to each
+	// row's traceparent. Nil: no spans, and nothing is spent on them.
 	TracerProvider trace.TracerProvider
 	// TraceInject gives the messages whose row has no traceparent header
 	// that of their send span (RELAY_TRACE_INJECT), so that consumers

@@ -46,7 +46,8 @@ type failureGroup struct {
 	span trace.SpanContext
 }
 
-// maxLoggedTopics bounds the topics a failure line names.
+// maxLoggedTopics bounds the topics a failure line names, each cut to
+// maxLoggedValueBytes.
 const maxLoggedTopics = 3
 
 func newFailureLog() *failureLog { return &failureLog{groups: map[failureKey]*failureGroup{}} }
@@ -59,7 +60,9 @@ func newFailureLog() *failureLog { return &failureLog{groups: map[failureKey]*fa
 func (f *failureLog) add(m *sinks.Message, o outcome, unsent bool, sc trace.SpanContext) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	k := failureKey{kind: o.kind, unsent: unsent, reason: o.reason, err: o.err}
+	// The error may quote the row (a sink's error names its topic): the
+	// line holds a bounded part of it, and so does the key.
+	k := failureKey{kind: o.kind, unsent: unsent, reason: o.reason, err: clip(o.err, maxLoggedErrBytes)}
 	g, ok := f.groups[k]
 	if !ok {
 		g = &failureGroup{firstID: m.ID, lastID: m.ID, minDelay: o.delay, maxDelay: o.delay}
@@ -72,8 +75,10 @@ func (f *failureLog) add(m *sinks.Message, o outcome, unsent bool, sc trace.Span
 	}
 	g.firstID, g.lastID = min(g.firstID, m.ID), max(g.lastID, m.ID)
 	g.minDelay, g.maxDelay = min(g.minDelay, o.delay), max(g.maxDelay, o.delay)
-	if len(g.topics) < maxLoggedTopics && !slices.Contains(g.topics, m.Topic) {
-		g.topics = append(g.topics, m.Topic)
+	if len(g.topics) < maxLoggedTopics {
+		if topic := clip(m.Topic, maxLoggedValueBytes); !slices.Contains(g.topics, topic) {
+			g.topics = append(g.topics, topic)
+		}
 	}
 }
 
@@ -90,7 +95,8 @@ func (f *failureLog) log(log *slog.Logger, sink string) {
 		if g.lastID != g.firstID {
 			ids = fmt.Sprintf("%d..%d", g.firstID, g.lastID)
 		}
-		attrs := []any{"sink", sink, "num_messages", g.n, "topics", strings.Join(g.topics, ","), "outbox_ids", ids}
+		// sink is a row's destination when it is not a configured sink.
+		attrs := []any{"sink", clip(sink, maxLoggedValueBytes), "num_messages", g.n, "topics", strings.Join(g.topics, ","), "outbox_ids", ids}
 		attrs = append(attrs, traceIDs(g.span)...)
 		if k.kind == kindRetry {
 			retry := g.minDelay.Round(time.Millisecond).String()

@@ -58,6 +58,7 @@ func goldenStatements() map[string]map[string]string {
 			"mode_switch_lock":       q.modeSwitchLock,
 			"mode_apply":             q.modeApply,
 			"relays_heartbeat":       q.relaysHeartbeat,
+			"relays_sinks":           q.relaysSinks,
 			"relays_restart":         q.relaysRestart,
 			"relays_leave":           q.relaysLeave,
 			"relays_forget":          q.relaysForget,

@@ -45,6 +45,9 @@ func TestHostile_KeysThatCannotTravelAreRefusedAtInsert(t *testing.T) {
 		{`INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('t', 'x', repeat('k', 201))`, "idempotency_key"},
 		{`INSERT INTO %s.messages (topic, payload, key) VALUES ('t', 'x', E'order\n42')`, "key must be"},
 		{`INSERT INTO %s.messages (topic, payload, available_at) VALUES ('t', 'x', 'infinity')`, "available_at"},
+		{`INSERT INTO %s.messages (topic, payload) VALUES (repeat('t', 4100), 'x')`, "topic must be at most 255 bytes, not 4100"},
+		{`INSERT INTO %s.messages (topic, payload) VALUES (repeat('é', 128), 'x')`, "topic must be at most 255 bytes, not 256"},
+		{`INSERT INTO %s.messages (topic, payload, destination) VALUES ('t', 'x', repeat('d', 256))`, "destination must be at most 255 bytes"},
 	} {
 		_, err := b.db.Pool.Exec(context.Background(), strings.ReplaceAll(tc.sql, "%s", `"`+b.db.Name+`"`))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -88,6 +91,76 @@ func testRowsThatSkippedTheGuardStopNothing(t *testing.T, set func(*relay.Config
 	}
 	if got := len(delivered) + b.db.Count(t, "dead_letters"); got != 105 {
 		t.Errorf("%d rows delivered or dead-lettered, want all 105", got)
+	}
+	if n := testutil.ToFloat64(cfg.Metrics.ClaimErrors); n != 0 {
+		t.Errorf("%v claims failed", n)
+	}
+}
+
+// TestHostile_PartsOverTheirLimitsAreDeadLetteredUnread writes rows, with
+// the insert guard skipped, whose parts are larger than the relay reads
+// (outbox/limits.go, RELAY_MAX_IN_FLIGHT_BYTES for the payload): each is
+// dead-lettered alone, as permanent, naming the part and the limit, and
+// the rows around it, one of its key too, are delivered.
+func TestHostile_PartsOverTheirLimitsAreDeadLetteredUnread(t *testing.T) {
+	t.Parallel()
+	everyMode(t, testPartsOverTheirLimitsAreDeadLetteredUnread)
+}
+
+func testPartsOverTheirLimitsAreDeadLetteredUnread(t *testing.T, set func(*relay.Config)) {
+	b := setup(t)
+	cfg := b.config(t)
+	set(&cfg)
+	cfg.MaxInFlightBytes = 1 << 20
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'first', 'k')`)
+	b.db.ExecAsRelay(t, `INSERT INTO %s.messages (topic, payload, key, headers, idempotency_key, destination) VALUES
+	    (repeat('t', 4100), 'x', 'k', NULL, 'long-topic', NULL),
+	    ('events.a', 'x', repeat('k', 4001), NULL, 'long-key', NULL),
+	    ('events.a', 'x', 'k', NULL, repeat('i', 801), NULL),
+	    ('events.a', 'x', 'k', NULL, 'long-destination', repeat('d', 256)),
+	    ('events.a', 'x', 'k', (SELECT jsonb_object_agg('h' || i, md5(i::text) || md5((i + 1)::text)) FROM generate_series(1, 400) AS i), 'large-headers', NULL),
+	    ('events.a', convert_to(repeat('p', 2100000), 'UTF8'), 'k', NULL, 'large-payload', NULL)`)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'last', 'k')`)
+	relaytest.InsertRows(t, b.db, 100, "events.b")
+	start(t, b, cfg)
+	relaytest.WaitDrained(t, b.db, 30*time.Second)
+
+	want := map[string]string{
+		"long-topic":             "topic of 4100 bytes exceeds the relay's limit on a row's topic of 255 bytes",
+		"long-key":               "key of 4001 bytes exceeds the relay's limit on a row's key of 4000 bytes",
+		strings.Repeat("i", 801): "idempotency_key of 801 bytes exceeds the relay's limit on a row's idempotency_key of 800 bytes",
+		"long-destination":       "destination of 256 bytes exceeds the relay's limit on a row's destination of 255 bytes",
+		"large-headers":          "headers of",
+		"large-payload":          "payload of 2100000 bytes exceeds RELAY_MAX_IN_FLIGHT_BYTES of 1048576 bytes",
+	}
+	rows, err := b.db.Pool.Query(context.Background(), "SELECT idempotency_key, reason, error FROM "+b.db.Table("dead_letters"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var key, reason, msg string
+		if err := rows.Scan(&key, &reason, &msg); err != nil {
+			t.Fatal(err)
+		}
+		if reason != "permanent" {
+			t.Errorf("row %.20s dead-lettered as %s, want permanent", key, reason)
+		}
+		got[key] = msg
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for key, msg := range want {
+		if !strings.Contains(got[key], msg) {
+			t.Errorf("row %.20s: dead letter %q, want one saying %q", key, got[key], msg)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d dead letters, want %d", len(got), len(want))
+	}
+	if n := b.db.Count(t, "archive"); n != 102 {
+		t.Errorf("%d rows delivered, want the 102 ordinary ones", n)
 	}
 	if n := testutil.ToFloat64(cfg.Metrics.ClaimErrors); n != 0 {
 		t.Errorf("%v claims failed", n)

@@ -25,8 +25,8 @@ func newInFlight(limit int, byteLimit int64) *inFlight {
 // payload bytes the relay may still hold, and returns it (0 when none is
 // left: the claim waits), and whether the claim may take one row larger
 // than its share: only when the relay holds no payload at all, so that a
-// row larger than the whole budget goes alone and the budget holds
-// otherwise. The claim gives back what it did not use with addBytes, so
+// row larger than a share of the budget goes alone and the budget holds
+// otherwise (a row larger than the whole budget is claimed unread). The claim gives back what it did not use with addBytes, so
 // that claims running at once stay within the budget together.
 func (f *inFlight) takeBytes(n int) (share int64, oversized bool) {
 	f.mu.Lock()

@@ -3,6 +3,8 @@ package relay
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,6 +46,64 @@ func (e *ModeChangedError) Error() string {
 	return fmt.Sprintf("the schema's mode changed to %s while this relay ran %s: stopping (every relay on a schema must run the same mode)", e.Recorded, e.Want)
 }
 
+// SinkConflictError is returned by Run when relays alive on the schema send
+// the rows without a destination to another sink (RELAY_SINK): the rows
+// would go to one broker or the other depending on which relay claimed
+// them. The relay does not start.
+type SinkConflictError struct {
+	// Want is this relay's default sink.
+	Want string
+	// Alive names the relays alive with another default sink, with it.
+	Alive []string
+}
+
+func (e *SinkConflictError) Error() string {
+	return fmt.Sprintf("this relay sends rows without a destination to sink %s but relays alive on the schema send them elsewhere (%s): "+
+		"every relay on a schema must have the same default sink (RELAY_SINK), or rows would be split between them; "+
+		"stop the others to change it, or give this relay the same default sink",
+		e.Want, strings.Join(e.Alive, ", "))
+}
+
+// checkSinks compares the relay's sinks with those the live relays of the
+// schema recorded, in tx: another default sink is a *SinkConflictError;
+// other sinks are logged (a row for a sink one relay lacks is dead-lettered
+// as no_sink by that relay).
+func (r *Relay) checkSinks(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, r.q.relaysSinks, pgx.StrictNamedArgs{"relay_id": r.cfg.ID, "alive": aliveFor})
+	if err != nil {
+		return fmt.Errorf("register relay: read the sinks of the relays alive: %w", err)
+	}
+	type alive struct {
+		ID          string   `db:"id"`
+		DefaultSink string   `db:"default_sink"`
+		Sinks       []string `db:"sinks"`
+	}
+	others, err := pgx.CollectRows(rows, pgx.RowToStructByName[alive])
+	if err != nil {
+		return fmt.Errorf("register relay: read the sinks of the relays alive: %w", err)
+	}
+	mine := r.sinkNames()
+	var conflict []string
+	for _, o := range others {
+		switch {
+		case o.DefaultSink != r.cfg.DefaultSink:
+			conflict = append(conflict, fmt.Sprintf("%s (default sink %s)", o.ID, o.DefaultSink))
+		case !slices.Equal(o.Sinks, mine):
+			r.log.Warn("a relay alive on this schema has other sinks: a row whose destination is a sink one relay lacks is dead-lettered by it as no_sink",
+				"other_relay", o.ID, "its_sinks", o.Sinks, "sinks", mine)
+		}
+	}
+	if len(conflict) > 0 {
+		return &SinkConflictError{Want: r.cfg.DefaultSink, Alive: conflict}
+	}
+	return nil
+}
+
+// sinkNames returns the names of the relay's sinks, sorted.
+func (r *Relay) sinkNames() []string {
+	return slices.Sorted(maps.Keys(r.cfg.Sinks))
+}
+
 // register checks the relay's mode against the schema's and records the
 // relay as alive. When the modes differ and no relay of the schema's mode is
 // alive, it switches the schema to this relay's mode (switchStatements).
@@ -70,6 +130,9 @@ func (r *Relay) register(ctx context.Context) error {
 		if err := r.switchMode(ctx, tx, recorded); err != nil {
 			return err
 		}
+	}
+	if err := r.checkSinks(ctx, tx); err != nil {
+		return err
 	}
 	// The insert triggers of the mode: set by a switch, and repaired here
 	// when something else (a restore, a hand edit) left them wrong.
@@ -119,6 +182,7 @@ func (r *Relay) heartbeat(ctx context.Context, db queryRower) (outbox.Mode, erro
 	var recorded outbox.Mode
 	err := db.QueryRow(ctx, r.q.relaysHeartbeat, pgx.StrictNamedArgs{
 		"relay_id": r.cfg.ID, "version": r.cfg.Version, "mode": r.cfg.Mode, "notify": r.cfg.Notify,
+		"default_sink": r.cfg.DefaultSink, "sinks": r.sinkNames(),
 	}).Scan(&recorded)
 	return recorded, err
 }

@@ -135,13 +135,15 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 // deliveries finish for up to DrainTimeout, releases what they did not
 // finish, settles every outcome and returns nil. It returns a
 // *ModeConflictError without starting when relays of another mode are alive
-// on the schema, and a *ModeChangedError after draining when the schema's
+// on the schema, and a *SinkConflictError when relays with another default
+// sink are, and a *ModeChangedError after draining when the schema's
 // mode changed under it. Database and sink failures are logged, counted and
 // retried.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.registerWithRetry(ctx); err != nil {
 		var conflict *ModeConflictError
-		if ctx.Err() != nil && !errors.As(err, &conflict) {
+		var sinkConflict *SinkConflictError
+		if ctx.Err() != nil && !errors.As(err, &conflict) && !errors.As(err, &sinkConflict) {
 			return nil // stopped before it started: nothing claimed
 		}
 		return err
@@ -275,7 +277,8 @@ func (r *Relay) registerWithRetry(ctx context.Context) error {
 	for {
 		err := r.register(ctx)
 		var conflict *ModeConflictError
-		if err == nil || errors.As(err, &conflict) || ctx.Err() != nil {
+		var sinkConflict *SinkConflictError
+		if err == nil || errors.As(err, &conflict) || errors.As(err, &sinkConflict) || ctx.Err() != nil {
 			return err
 		}
 		r.log.Warn("could not register on the schema; retrying", "err", err, "retry_in", wait)

@@ -3,6 +3,7 @@ package relay
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -99,8 +100,9 @@ const (
 // available_at, size), oldest first, those whose payloads add up to at most
 // @byte_budget, and the first row whatever its size when @oversized is true
 // (the relay holds nothing else): a claim never leases more payload bytes
-// than the relay may hold, and a single row larger than the whole budget
-// still goes, alone.
+// than the relay may hold, and a row larger than its share of the budget
+// still goes, alone. A payload larger than the whole budget counts as
+// nothing (payloadSize): the claim does not read it (readPayload).
 func withinBytes(from string) string {
 	return `
     SELECT id, leased_by FROM (
@@ -139,13 +141,63 @@ func leaseRowsAlso(from, bucket, set, where string) string {
            leased_by = @relay_id,
            leased_until = now() + @lease::interval` + set + `
      WHERE m.id = ANY (ARRAY(SELECT id FROM ` + from + `))` + where + `
- RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
+ RETURNING m.id, ` + readTopic + `, ` + readPayload + `, ` + readKey + `,
+           ` + readHeaders + `,
+           ` + readIdempotencyKey + `, ` + readDestination + `,
            m.created_at, m.attempts, m.claim_seq,
            m.id = ANY (ARRAY(SELECT id FROM ` + from + ` WHERE leased_by IS NOT NULL)) AS rescued,
            CASE WHEN m.dedup
                 THEN (SELECT true FROM {schema}.delivered_keys AS k WHERE k.idempotency_key = m.idempotency_key LIMIT 1) IS NOT NULL
                 ELSE false END AS duplicate,
-           ` + bucket + ` AS bucket`
+           ` + bucket + ` AS bucket,
+           ` + tooLarge + ` AS too_large`
+}
+
+// Rows are untrusted, whatever their size: a claim reads each part of a row
+// only when it is within its limit (outbox/limits.go; the payload within
+// @payload_max, the relay's in-flight byte budget), and names the first
+// part over its limit, with its size, in too_large; the relay then
+// dead-letters the row without having held the value. octet_length reads
+// the size of a text or bytea value from its header, without detoasting
+// it. The size of jsonb headers is not in their header: headers stored in
+// at most headersSmall bytes are read as they are (even compressed, they
+// cannot hold more than a few dozen KiB), larger ones are measured as JSON
+// text by PostgreSQL first, and read only within outbox.HeadersBytesMax.
+var (
+	readTopic          = readWithin("m.topic", outbox.TopicBytesMax)
+	readPayload        = `CASE WHEN octet_length(m.payload) <= @payload_max::bigint THEN m.payload END`
+	readKey            = readWithin("m.key", outbox.KeyBytesMax)
+	readIdempotencyKey = readWithin("m.idempotency_key", outbox.IdempotencyKeyBytesMax)
+	readDestination    = readWithin("m.destination", outbox.DestinationBytesMax)
+	readHeaders        = `CASE WHEN pg_column_size(m.headers) <= ` + strconv.Itoa(headersSmall) + ` THEN m.headers
+                WHEN octet_length(m.headers::text) <= ` + strconv.Itoa(outbox.HeadersBytesMax) + ` THEN m.headers END`
+	tooLarge = `CASE WHEN octet_length(m.payload) > @payload_max::bigint THEN 'payload ' || octet_length(m.payload)
+                WHEN octet_length(m.topic) > ` + strconv.Itoa(outbox.TopicBytesMax) + ` THEN 'topic ' || octet_length(m.topic)
+                WHEN octet_length(m.key) > ` + strconv.Itoa(outbox.KeyBytesMax) + ` THEN 'key ' || octet_length(m.key)
+                WHEN octet_length(m.idempotency_key) > ` + strconv.Itoa(outbox.IdempotencyKeyBytesMax) + ` THEN 'idempotency_key ' || octet_length(m.idempotency_key)
+                WHEN octet_length(m.destination) > ` + strconv.Itoa(outbox.DestinationBytesMax) + ` THEN 'destination ' || octet_length(m.destination)
+                WHEN pg_column_size(m.headers) > ` + strconv.Itoa(headersSmall) + `
+                     THEN CASE WHEN octet_length(m.headers::text) > ` + strconv.Itoa(outbox.HeadersBytesMax) + ` THEN 'headers ' || octet_length(m.headers::text) END
+           END`
+)
+
+// headersSmall is the stored size (pg_column_size) up to which a claim
+// reads a row's headers without measuring them as text first: ordinary
+// headers (a traceparent, a content type) take far less, and measuring
+// costs a conversion to text. Stored compressed, they hold at most some
+// 64 KiB (LZ4 expands a byte to at most 255).
+const headersSmall = 256
+
+// readWithin returns col when it holds at most max bytes, else NULL.
+func readWithin(col string, max int) string {
+	return `CASE WHEN octet_length(` + col + `) <= ` + strconv.Itoa(max) + ` THEN ` + col + ` END`
+}
+
+// payloadSize is the size a claim counts against its byte budget for the
+// payload of the row alias: 0 for a payload the claim will not read
+// (readPayload).
+func payloadSize(alias string) string {
+	return `CASE WHEN octet_length(` + alias + `.payload) <= @payload_max::bigint THEN octet_length(` + alias + `.payload) ELSE 0 END`
 }
 
 // queryMessagesClaim leases up to @limit due rows, oldest first, skipping
@@ -159,7 +211,7 @@ func leaseRowsAlso(from, bucket, set, where string) string {
 // leaseRows', then a NULL (where other claims report held keys).
 var queryMessagesClaim = `
 WITH due AS MATERIALIZED (
-    SELECT id, leased_by, available_at, octet_length(payload) AS size
+    SELECT id, leased_by, available_at, ` + payloadSize("c") + ` AS size
       FROM {schema}.messages AS c
      WHERE available_at <= now()
        AND available_at >= @floor::timestamptz
@@ -538,14 +590,24 @@ const queryModeSwitchLock = `
 SET LOCAL lock_timeout = '10s'; LOCK TABLE {schema}.messages IN SHARE MODE`
 
 // queryRelaysHeartbeat registers relay @relay_id (@version, @mode, wanting
-// NOTIFY wake-ups: @notify) or records that it is alive, and returns the
-// schema's mode.
+// NOTIFY wake-ups: @notify, delivering rows without a destination to
+// @default_sink and others to @sinks) or records that it is alive, and
+// returns the schema's mode.
 const queryRelaysHeartbeat = `
 WITH seen AS (
-    INSERT INTO {schema}.relays (id, version, mode, notify) VALUES (@relay_id, @version, @mode, @notify)
-    ON CONFLICT (id) DO UPDATE SET version = excluded.version, mode = excluded.mode, notify = excluded.notify, last_seen = now()
+    INSERT INTO {schema}.relays (id, version, mode, notify, default_sink, sinks)
+    VALUES (@relay_id, @version, @mode, @notify, @default_sink, @sinks::text[])
+    ON CONFLICT (id) DO UPDATE SET version = excluded.version, mode = excluded.mode, notify = excluded.notify,
+                                   default_sink = excluded.default_sink, sinks = excluded.sinks, last_seen = now()
 )
 SELECT mode FROM {schema}.relay_mode`
+
+// queryRelaysSinks returns the relays seen within @alive other than
+// @relay_id that recorded their sinks: their ids, default sinks and sinks.
+const queryRelaysSinks = `
+SELECT id, default_sink, sinks FROM {schema}.relays
+ WHERE id <> @relay_id AND last_seen > now() - @alive::interval AND default_sink IS NOT NULL
+ ORDER BY id`
 
 // queryRelaysRestart marks relay @relay_id as started now (its row may be
 // left from an earlier process with the same id).
@@ -565,6 +627,7 @@ DELETE FROM {schema}.relays WHERE last_seen < now() - @gone::interval`
 type queries struct {
 	modeLock, modeRead, modeSwitch, modeSwitchLock, modeApply string
 	relaysHeartbeat, relaysRestart, relaysLeave, relaysForget string
+	relaysSinks                                               string
 	deleteExpiredArchive, deleteExpiredKeys                   string
 	backlog, tableHealth, autovacuum, horizonAge              string
 	// floor and floorRescan are rendered for the relay's mode (New:
@@ -585,6 +648,7 @@ func renderQueries(schema string) queries {
 		relaysRestart:        f(queryRelaysRestart),
 		relaysLeave:          f(queryRelaysLeave),
 		relaysForget:         f(queryRelaysForget),
+		relaysSinks:          f(queryRelaysSinks),
 		deleteExpiredArchive: f(queryArchiveDeleteExpired),
 		deleteExpiredKeys:    f(queryDeliveredKeysDeleteExpired),
 		backlog:              f(queryMessagesBacklog),

@@ -71,7 +71,7 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                     ELSE greatest(o.available_at, now()) END
           FROM {schema}.messages AS o
          WHERE o.id = h.oldest),
-       NULL, NULL, NULL, NULL, NULL, h.key
+       NULL, NULL, NULL, NULL, NULL, NULL, h.key
   FROM held AS h`
 
 // ofKey is the condition that m is a row of key (an expression of an outer
@@ -144,11 +144,11 @@ const bucketOwned = `
 // candidate, stale statistics would have it walked once per bucket with the
 // bucket as a filter: 64 times the due range and, under a pinned horizon,
 // its dead entries.
-const bucketWalk = `
+var bucketWalk = `
     (SELECT c.id, c.leased_by, c.available_at, c.size, c.key
       FROM owned AS o
      CROSS JOIN LATERAL (
-           SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
+           SELECT m.id, m.leased_by, m.available_at, ` + payloadSize("m") + ` AS size, m.key
              FROM {schema}.messages AS m
             WHERE {schema}.messages_bucket(m.key, m.id) BETWEEN 0 AND 63
               AND ({schema}.messages_bucket(m.key, m.id), m.available_at) <= (o.bucket, now())
@@ -172,7 +172,7 @@ const bucketHeldOut = `
 var bucketHeldHeads = `
     UNION ALL
     SELECT * FROM (
-        SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
+        SELECT m.id, m.leased_by, m.available_at, ` + payloadSize("m") + ` AS size, m.key
           FROM {schema}.messages AS m
          WHERE m.id = ANY (ARRAY(
                SELECT (SELECT h.id FROM {schema}.messages AS h WHERE ` + ofKey("h", "k.key") + ` ORDER BY h.key, h.id LIMIT 1)

@@ -113,7 +113,7 @@ var queryHeadsClaim = `
 WITH patience AS MATERIALIZED (
     SELECT set_config('lock_timeout', @lock_wait, true) AS lock_timeout
 ), due AS MATERIALIZED (
-    SELECT c.id, c.leased_by, c.available_at, octet_length(c.payload) AS size, c.key,
+    SELECT c.id, c.leased_by, c.available_at, ` + payloadSize("c") + ` AS size, c.key,
            coalesce(c.destination, @default_sink) AS sink, c.last_error IS NULL AS fresh
       FROM {schema}.messages AS c
      WHERE (SELECT lock_timeout FROM patience) IS NOT NULL
@@ -136,7 +136,7 @@ WITH patience AS MATERIALIZED (
      WHERE b.id = ANY (ARRAY(SELECT id FROM oldest WHERE id IS NOT NULL))
        FOR KEY SHARE SKIP LOCKED
 ), beyond AS MATERIALIZED (
-    SELECT x.id, x.leased_by, x.available_at, octet_length(x.payload) AS size, x.key,
+    SELECT x.id, x.leased_by, x.available_at, ` + payloadSize("x") + ` AS size, x.key,
            coalesce(x.destination, @default_sink) AS sink, x.last_error IS NULL AS fresh, x.waiting, x.leased_until
       FROM {schema}.messages AS x
      WHERE x.id = ANY (ARRAY(
@@ -158,7 +158,7 @@ WITH patience AS MATERIALIZED (
            bool_and(f.ok) OVER (PARTITION BY h.id ORDER BY f.pos) AS unbroken
       FROM (SELECT * FROM heads WHERE fresh) AS h
      CROSS JOIN LATERAL (
-           SELECT r.id, octet_length(r.payload) AS size,
+           SELECT r.id, ` + payloadSize("r") + ` AS size,
                   row_number() OVER (ORDER BY r.key, r.id) AS pos,
                   r.available_at <= now() AND ` + leaseOver + `
                   AND coalesce(r.destination, @default_sink) = h.sink AS ok

@@ -17,12 +17,17 @@ import (
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
-// Tracing (Config.TracerProvider): one CLIENT span "send {destination}"
-// per delivery of a batch to a sink and destination, a root span linked to
-// the trace context each row carries in its traceparent header (the
-// producer's), not parented by it: a batch gathers many producers'
-// events. Without a TracerProvider the relay has no tracer, and the
-// delivery path does nothing more than check that.
+// Tracing (Config.TracerProvider): one CLIENT span per delivery of a batch
+// to a sink and destination, a root span linked to the trace context each
+// row carries in its traceparent header (the producer's), not parented by
+// it: a batch gathers many producers' events. The span is named
+// "send {sink}" after the configured sink, never after the destination:
+// the OpenTelemetry messaging conventions name a send span after its
+// destination only when destinations are few, and a destination here is
+// made of the row's topic, which any producer chooses. The destination is
+// the messaging.destination.name attribute, cut to maxLoggedValueBytes.
+// Without a TracerProvider the relay has no tracer, and the delivery path
+// does nothing more than check that.
 
 // tracerName names the relay's tracer (the instrumentation scope).
 const tracerName = "github.com/outbox-relay/outbox-relay/relay"
@@ -85,7 +90,7 @@ func newSinkTraces(cfg Config) map[string]*sinkTrace {
 	return out
 }
 
-// destination is where m goes, for grouping and naming spans.
+// destination is where m goes, for grouping spans.
 func (st *sinkTrace) destination(m *sinks.Message, sink string) string {
 	if st.traced == nil {
 		return sink
@@ -132,7 +137,7 @@ func (d *delivery) startTrace(ctx context.Context, msgs []sinks.Message, now tim
 	}
 	for k := range t.spans {
 		s := &t.spans[k]
-		_, s.span = r.tracer.Start(ctx, "send "+dests[k],
+		_, s.span = r.tracer.Start(ctx, "send "+d.name,
 			trace.WithSpanKind(trace.SpanKindClient), trace.WithNewRoot(), trace.WithTimestamp(now))
 		if !s.span.IsRecording() {
 			continue
@@ -140,7 +145,7 @@ func (d *delivery) startTrace(ctx context.Context, msgs []sinks.Message, now tim
 		s.span.SetAttributes(st.attrs...)
 		if st.messaging {
 			s.span.SetAttributes(
-				semconv.MessagingDestinationName(dests[k]),
+				semconv.MessagingDestinationName(clip(dests[k], maxLoggedValueBytes)),
 				semconv.MessagingOperationTypeSend,
 				semconv.MessagingOperationName("send"),
 			)

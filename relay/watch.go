@@ -136,6 +136,9 @@ func (w *sinkWatch) failed(now time.Time, err string) (msg string, attrs []any) 
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.failures++
+	// A sink's error may quote the row's topic: keep a bounded part for
+	// the log and /readyz.
+	err = clip(err, maxLoggedErrBytes)
 	w.lastErr = err
 	w.failing.begin(now)
 	if !w.stalled && now.Sub(w.failing.since) >= w.stallAfter && now.Sub(w.lastSuccess) >= w.stallAfter {

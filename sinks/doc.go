@@ -39,9 +39,16 @@
 //     a setup problem, the same for every message: never Permanent; log it
 //     at error level once per reason, not once per retry, and let
 //     Available's error carry the reason, which /readyz shows.
-//  7. Assert var _ sinks.Sink = (*Sink)(nil) and run the conformance suite
-//     in sinks/sinktest from the package's tests, against a real server
-//     started by the test.
+//  7. Call CheckMessage before sending (the header rules, the header
+//     budget, the idempotency key), then refuse what the destination can
+//     never take, as Permanent: nothing a row holds may close a
+//     connection. A client that gives up reconnecting must be replaced.
+//  8. Assert var _ sinks.Sink = (*Sink)(nil) and run the conformance suite
+//     (sinktest.Run) and the hostile-row suite (sinktest.RunHostile) from
+//     the package's tests, against a real server started by the test, and
+//     add the sink to TestProcess_HostileRowsStopNothing in internal/cli,
+//     which runs the same rows through the binary. A sink is not done
+//     until it passes both.
 //
 // Sinks never import package relay.
 package sinks

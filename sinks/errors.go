@@ -6,7 +6,9 @@ import (
 )
 
 // ErrNotAttempted marks a message the sink did not try to deliver (it was
-// disconnected, paused, or out of time before starting the request): the
+// disconnected, paused, or out of time before starting the request), or
+// whose failure was the destination's outage rather than the message's (a
+// webhook request in flight when the sink paused for that outage): the
 // relay puts the row back at once without counting an attempt. Wrap it:
 // fmt.Errorf("%w: not connected", sinks.ErrNotAttempted).
 var ErrNotAttempted = errors.New("delivery not attempted")

@@ -1,6 +1,14 @@
 package sinks
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
 
 // HeaderBytesMax is the relay's header budget: the most bytes a row's
 // headers may take, counting each name and value (the headers the relay
@@ -50,4 +58,63 @@ type LimitError struct {
 
 func (e *LimitError) Error() string {
 	return fmt.Sprintf("%s of %d bytes exceeds %s of %d bytes", e.What, e.Size, e.Limit, e.Max)
+}
+
+// CheckMessage returns a permanent error when m holds what no sink can
+// carry, whatever the destination: headers over HeaderBytesMax, a header
+// name that is not an HTTP token (RFC 9110), a header value with a line
+// break or a NUL, an idempotency key that is empty, longer than
+// outbox.IdempotencyKeyBytesMax or holds a control character (it travels
+// as a header everywhere). The table refuses all of these at insert; a row
+// written before that guard, or with triggers off, may still hold them,
+// and must be dead-lettered, not retried. Every sink calls it before
+// sending, then checks its destination's own limits.
+func CheckMessage(m *Message) error {
+	if err := CheckHeaderBudget(m); err != nil {
+		return err
+	}
+	for k, v := range m.Headers {
+		if !isToken(k) {
+			return Permanent(fmt.Errorf("header name %q is not an HTTP token (letters, digits and !#$%%&'*+-.^_`|~)", clipped(k)))
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return Permanent(fmt.Errorf("header %s has a line break or a NUL in its value", clipped(k)))
+		}
+	}
+	switch key := m.IdempotencyKey; {
+	case key == "":
+		return Permanent(errors.New("the idempotency key is empty"))
+	case len(key) > outbox.IdempotencyKeyBytesMax:
+		return Permanent(&LimitError{What: "idempotency key", Size: int64(len(key)), Limit: "the relay's limit on an idempotency key", Max: outbox.IdempotencyKeyBytesMax})
+	case !utf8.ValidString(key) || strings.ContainsFunc(key, unicode.IsControl):
+		return Permanent(errors.New("the idempotency key holds a control character or invalid UTF-8 (it travels as a header)"))
+	}
+	return nil
+}
+
+// isToken reports whether s is an HTTP token: one or more of the
+// characters RFC 9110 allows in a header name.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// clipped returns s, or its first 64 bytes and a mark, for an error
+// message.
+func clipped(s string) string {
+	if len(s) <= 64 {
+		return s
+	}
+	return strings.ToValidUTF8(s[:64], "") + "…"
 }

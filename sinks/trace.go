@@ -11,8 +11,11 @@ import (
 
 // Traced is implemented by sinks that describe their deliveries to
 // tracing. When tracing is on, the relay makes one CLIENT span, named
-// "send {destination}", per batch and destination: it groups a batch's
-// messages by TraceDestination and gives each span the TraceAttributes.
+// "send {sink}" after the configured sink, per batch and destination: it
+// groups a batch's messages by TraceDestination, gives each span the
+// TraceAttributes, and, for a messaging system, the destination as
+// messaging.destination.name (cut to 200 bytes: a destination holds the
+// row's topic, so it is never the span's name).
 //
 // TraceDestination returns the name of where m goes, as the destination
 // knows it: the NATS subject, the Kafka topic (prefixes included), the

@@ -1,6 +1,7 @@
-// Command benchcmp runs outbox-relay's benchmark and ../shared/refloop, the
-// workshop's minimal relay loop, alternately on the same database and NATS
-// server, and prints each round and the median ratio. With -modes it runs
+// Command benchcmp runs outbox-relay's benchmark and refloop, a reference
+// loop (by default the bare loop of internal/yardstick; make bench builds
+// it from REFLOOP), alternately on the same database and NATS server, and
+// prints each round and the median ratio. With -modes it runs
 // the relay in both its unordered and partitioned modes beside refloop
 // (modes.go). It is a developer tool (make bench, make bench-replicas), not
 // part of the shipped binary:
@@ -51,7 +52,7 @@ import (
 )
 
 func main() {
-	refloop := flag.String("refloop", "bin/refloop", "path of the refloop binary (built from ../shared/refloop)")
+	refloop := flag.String("refloop", "bin/refloop", "path of the reference loop's binary (make bench builds internal/yardstick, or REFLOOP, there)")
 	rounds := flag.Int("rounds", 5, "rounds of each")
 	mode := flag.String("mode", "backlog", "backlog | steady")
 	n := flag.Int("n", 100000, "number of events")
@@ -214,7 +215,7 @@ func parseCounts(list string) ([]int, error) {
 // and a baseline alternately, rounds
 // times each, on the same database and NATS server, and reports every run
 // and the median of the per-round ratios. The baseline is the reference
-// loop (refloop, built from ../shared/refloop), or, when o fills the
+// loop (refloop, built from internal/yardstick), or, when o fills the
 // archive or adds rows not yet due, the relay itself without them. Each
 // run's PostgreSQL CPU is measured over the whole run, inserts included,
 // when the server is local; with the binary, over the drain as well (for

@@ -79,19 +79,22 @@ outbox_relay_settle_duration_seconds_bucket{le="+Inf"} 7
 }
 
 // TestPinHorizon runs the benchmark for a few seconds at a small rate,
-// without refloop (it lives outside this repository), on a PostgreSQL it
-// starts with initdb: it fails, never skips, when PostgreSQL is not
-// installed (.ci/prerequisites installs it).
+// with the in-repository reference loop (internal/yardstick) as refloop,
+// on a PostgreSQL it starts with initdb: it fails, never skips, when
+// PostgreSQL is not installed (.ci/prerequisites installs it).
 func TestPinHorizon(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "outbox-relay")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the relay: %v\n%s", err, out)
+	refloop := filepath.Join(t.TempDir(), "refloop")
+	for target, pkg := range map[string]string{bin: ".", refloop: "./internal/yardstick"} {
+		build := exec.Command("go", "build", "-o", target, pkg)
+		build.Dir = "../.."
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, out)
+		}
 	}
 	report := filepath.Join(t.TempDir(), "report.json")
 	o := pinOptions{
-		Binary: bin, Duration: 6 * time.Second, Every: 2 * time.Second, PinAfter: 2 * time.Second,
+		Binary: bin, Refloop: refloop, Duration: 6 * time.Second, Every: 2 * time.Second, PinAfter: 2 * time.Second,
 		Rate: 50, Producers: 2, PayloadBytes: 256, JSON: report,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -102,13 +105,14 @@ func TestPinHorizon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| after | unpinned: dead tuples / claim mean |", "summary after 6s, pinned / unpinned"} {
+	for _, want := range []string{"| after | unpinned: dead tuples / claim mean |", "summary after 6s, pinned / unpinned",
+		"refloop pinned: its own result", "relay pinned / refloop pinned claim mean"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	if len(rep.Contenders) != 2 {
-		t.Fatalf("%d contenders, want the two relays", len(rep.Contenders))
+	if len(rep.Contenders) != 3 {
+		t.Fatalf("%d contenders, want the two relays and refloop", len(rep.Contenders))
 	}
 	for _, c := range rep.Contenders {
 		if len(c.Samples) != 3 {
@@ -125,7 +129,9 @@ func TestPinHorizon(t *testing.T) {
 			t.Errorf("%s: %d rows delivered, want about 300", c.Name, delivered)
 		case claims == 0 || last.ClaimMeanMs <= 0:
 			t.Errorf("%s: no claim found in pg_stat_statements (%d claims)", c.Name, claims)
-		case last.ClaimP99Ms == nil || c.CommitReceiptP99Ms == nil:
+		case c.Kind == "refloop" && (c.Refloop == nil || !c.Refloop.Verified || c.Refloop.P99ms == nil):
+			t.Errorf("%s: its result line %+v, want one verified, with a p99", c.Name, c.Refloop)
+		case c.Kind == "relay" && (last.ClaimP99Ms == nil || c.CommitReceiptP99Ms == nil):
 			t.Errorf("%s: no claim p99 or no commit→receipt p99", c.Name)
 		case !last.PinHeld:
 			t.Errorf("%s: the last sample does not know the pin was held", c.Name)
@@ -138,7 +144,7 @@ func TestPinHorizon(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back pinReport
-	if err := json.Unmarshal(data, &back); err != nil || len(back.Contenders) != 2 || back.SummaryLine == "" {
+	if err := json.Unmarshal(data, &back); err != nil || len(back.Contenders) != 3 || back.SummaryLine == "" {
 		t.Errorf("the JSON report does not read back: %v", err)
 	}
 }

@@ -19,8 +19,8 @@ func refloopWorkers(o bench.Options) int {
 }
 
 // runRefloop runs the reference loop with the parameters of o: batches of
-// 1000 and refloopWorkers workers (two for one relay, as its README
-// measures it), every row due at once with o.Burst (its -burst).
+// 1000 and refloopWorkers workers (two for one relay, as a relay runs two
+// claim loops), every row due at once with o.Burst (its -burst).
 func runRefloop(ctx context.Context, bin string, o bench.Options) (bench.Result, error) {
 	return runRefloopWorkers(ctx, bin, o, refloopWorkers(o))
 }

@@ -235,3 +235,22 @@ func TestStatusCommand_PrintsAPinnedHorizon(t *testing.T) {
 		t.Errorf("with every snapshot young, status printed:\n%s", out.String())
 	}
 }
+
+// One dead letter whose headers are over the insert guard's budget does not
+// stop the retry of the others; it is named by id with the reason.
+func TestDeadRetryCommand_RetriesTheOthersAndNamesEachRefusedLetter(t *testing.T) {
+	t.Parallel()
+	db := adminFixture(t)
+	db.Exec(t, `
+INSERT INTO %s.dead_letters (id, topic, payload, headers, idempotency_key, created_at, attempts, reason, error)
+VALUES (9, 'orders.created', 'x', jsonb_build_object('x-big', repeat('x', 20000)), 'k9', now(), 1, 'permanent', 'too many headers')`)
+	code, stdout, stderr := runCmd(t, db, "dead", "retry", "--all")
+	if code != exitOK || !strings.HasPrefix(stdout, "retried 2 dead letters") ||
+		!strings.Contains(stdout, "left 1 dead letter in place") ||
+		!strings.Contains(stdout, "\n  id 9: outbox: headers must be at most 16384 bytes of JSON") {
+		t.Errorf("dead retry --all: exit %d, stdout %q, stderr %s; want 7 and 8 retried and 9 named with its reason", code, stdout, stderr)
+	}
+	if n := db.Count(t, "dead_letters"); n != 1 {
+		t.Errorf("%d dead letters left, want 1 (id 9)", n)
+	}
+}

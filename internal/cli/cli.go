@@ -79,7 +79,11 @@ func Main(ctx context.Context, inv Invocation) int {
 	inv.Stdout, inv.Stderr = stdout, stderr
 	c, ok := lookup(name)
 	if !ok {
-		fmt.Fprintf(inv.Stderr, "outbox-relay: unknown command %q\n\n", name)
+		if closest := suggestCommand(name); closest != "" {
+			fmt.Fprintf(inv.Stderr, "outbox-relay: unknown command %q; did you mean %q?\n\n", name, closest)
+		} else {
+			fmt.Fprintf(inv.Stderr, "outbox-relay: unknown command %q\n\n", name)
+		}
 		printUsage(inv.Stderr)
 		return exitUsage
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -132,6 +133,25 @@ func TestRun_UnknownCommandPrintsUsage(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), `unknown command "frobnicate"`) || !strings.Contains(stderr.String(), "Usage:") {
 		t.Errorf("stderr = %q", stderr.String())
+	}
+}
+
+func TestRun_UnknownCommandSuggestsTheClosest(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]string{
+		"stauts": "status", "statsu": "status", "stat": "status", "migarte": "migrate", "rn": "run",
+		"dead-letters": "", "frobnicate": "", "x": "",
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), []string{name}, nil, &stdout, &stderr)
+		first, _, _ := strings.Cut(stderr.String(), "\n")
+		wantLine := fmt.Sprintf("outbox-relay: unknown command %q", name)
+		if want != "" {
+			wantLine += fmt.Sprintf("; did you mean %q?", want)
+		}
+		if code != exitUsage || first != wantLine {
+			t.Errorf("%s: exit %d, first line %q; want %d, %q", name, code, first, exitUsage, wantLine)
+		}
 	}
 }
 

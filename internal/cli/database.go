@@ -16,12 +16,14 @@ import (
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
-// openPool returns a pool of at most maxConns connections to databaseURL.
-// Connections name themselves outbox-relay in pg_stat_activity unless the
-// URL names them otherwise, and turn PostgreSQL's JIT off (jitOff): every
-// statement of the relay reads a few rows by index, and on a hot table
-// whose statistics lag its size the planner's estimates pass
-// jit_above_cost, and each execution compiled for up to seconds. It is a
+// openPool returns a pool of at most maxConns connections to databaseURL,
+// with tracer, when not nil, as its connections' tracer (the fleet's bound
+// on each outbox's share of a shared pool). Connections name themselves
+// outbox-relay in pg_stat_activity unless the URL names them otherwise,
+// and turn PostgreSQL's JIT off (jitOff): every statement of the relay
+// reads a few rows by index, and on a hot table whose statistics lag its
+// size the planner's estimates pass jit_above_cost, and each execution
+// compiled for up to seconds. It is a
 // SET after connecting, not a startup parameter, which a PgBouncer
 // refuses; behind a transaction-pooling PgBouncer it reaches only the
 // server connection it ran on, so the statements the relay runs in
@@ -31,7 +33,7 @@ import (
 // statements there run with the server's setting (ALTER ROLE … SET jit =
 // off covers them). A server or proxy that refuses the SET leaves JIT as
 // it is: the connection is not refused for it.
-func openPool(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool.Pool, error) {
+func openPool(ctx context.Context, databaseURL string, maxConns int32, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
 	if err := checkDatabaseScheme(databaseURL); err != nil {
 		return nil, err
 	}
@@ -40,6 +42,9 @@ func openPool(ctx context.Context, databaseURL string, maxConns int32) (*pgxpool
 		return nil, databaseURLError(databaseURL, err)
 	}
 	pc.MaxConns = maxConns
+	if tracer != nil {
+		pc.ConnConfig.Tracer = tracer
+	}
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}

@@ -175,6 +175,17 @@ func printRetry(w io.Writer, res admin.RetryDeadResult) {
 			"  and purge once you are sure the destination has the event\n",
 			verb, plural(res.SkippedDelivered, "dead letter"), joinIDs(res.DeliveredIDs, 20))
 	}
+	if len(res.Refused) > 0 {
+		them := "them"
+		if len(res.Refused) == 1 {
+			them = "it"
+		}
+		fmt.Fprintf(w, "left %s in place: the outbox table refuses to take %s back; fix what the reason names, or purge %s:\n",
+			plural(int64(len(res.Refused)), "dead letter"), them, them)
+		for _, r := range res.Refused {
+			fmt.Fprintf(w, "  id %d: %s\n", r.ID, safe(r.Reason))
+		}
+	}
 }
 
 func cmdDeadPurge(ctx context.Context, inv *Invocation, args []string) error {

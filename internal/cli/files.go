@@ -21,11 +21,18 @@ const (
 	// pemFileLimit bounds a TLS file (*_TLS_CA_FILE, *_TLS_CERT_FILE,
 	// *_TLS_KEY_FILE): a CA bundle of a few hundred certificates fits.
 	pemFileLimit = 1 << 20
+	// tenantsFileLimit bounds RELAY_TENANTS_FILE: thousands of tenants
+	// fit. The start-up check of the path and the reader of the file both
+	// use it.
+	tenantsFileLimit = 1 << 20
 )
 
 // fileLimit returns the size limit of the file variable name.
 func fileLimit(name string) int64 {
-	if strings.Contains(name, "_TLS_") {
+	switch {
+	case name == "RELAY_TENANTS_FILE":
+		return tenantsFileLimit
+	case strings.Contains(name, "_TLS_"):
 		return pemFileLimit
 	}
 	return secretFileLimit

@@ -387,3 +387,27 @@ func TestFirstHour_EveryCommandsHelpListsItsFlags(t *testing.T) {
 		t.Errorf("dead list --bogus: exit %d, %s", code, stderr)
 	}
 }
+
+func TestFirstHour_AMistypedCommandGetsASuggestion(t *testing.T) {
+	t.Parallel()
+	code, _, stderr, _ := runBinaryWithin(t, 10*time.Second, nil, "stauts")
+	if code != exitUsage || !strings.HasPrefix(stderr, `outbox-relay: unknown command "stauts"; did you mean "status"?`) {
+		t.Errorf("outbox-relay stauts: exit %d, want %d suggesting status\nstderr: %s", code, exitUsage, stderr)
+	}
+}
+
+// Tracing settings the exporter would take and then fail every export
+// with, or drop without a word, stop the binary at start.
+func TestFirstHour_TracingSettingsThatCannotWorkAreRefusedAtStart(t *testing.T) {
+	t.Parallel()
+	base := []string{"DATABASE_URL=postgres://u@127.0.0.1/db", "NATS_URL=nats://127.0.0.1:4222", "OTEL_TRACES_EXPORTER=otlp"}
+	for kv, want := range map[string]string{
+		"OTEL_EXPORTER_OTLP_HEADERS=api-key=s3cret\nx-team=a":    "invalid OTEL_EXPORTER_OTLP_HEADERS",
+		"OTEL_EXPORTER_OTLP_ENDPOINT=https://u:s3cret@collector": "give credentials in OTEL_EXPORTER_OTLP_HEADERS",
+	} {
+		code, _, stderr, _ := runBinaryWithin(t, 10*time.Second, append(append([]string{}, base...), kv), "run")
+		if code != exitUsage || !strings.Contains(stderr, want) || strings.Contains(stderr, "s3cret") {
+			t.Errorf("%q: exit %d, want %d saying %q without the secret\nstderr: %s", kv, code, exitUsage, want, stderr)
+		}
+	}
+}

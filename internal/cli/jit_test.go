@@ -12,7 +12,7 @@ import (
 func TestOpenPool_TurnsJITOffOnEveryConnection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := openPool(ctx, dbtest.URL(), 3)
+	pool, err := openPool(ctx, dbtest.URL(), 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -707,6 +707,18 @@ func TestProcess_ManyOutboxes_InvalidConfigurationExitsNamingTheVariable(t *test
 			want: []string{"RELAY_TENANTS_FILE", "line 3"}},
 		{name: "InvalidSchemaInSchemas", env: []string{"DATABASE_URL=" + dbURL, "RELAY_SCHEMAS=orders,Bad-Schema"},
 			want: []string{"RELAY_SCHEMAS", "Bad-Schema"}},
+		{name: "SchemaMatchEverything", env: []string{"DATABASE_URL=" + dbURL, "RELAY_SCHEMA_MATCH=%"},
+			want: []string{"RELAY_SCHEMA_MATCH", "matches every schema"}},
+		{name: "SchemaMatchOnlyWildcards", env: []string{"DATABASE_URL=" + dbURL, "RELAY_SCHEMA_MATCH=_%%_"},
+			want: []string{"RELAY_SCHEMA_MATCH", "matches every schema"}},
+		{name: "TenantsFileSchemaMatchEverything", file: "tenants:\n" + tenant("a") + "    schema_match: '%'\n",
+			want: []string{"RELAY_TENANTS_FILE", `tenant "a"`, "schema_match", "matches every schema"}},
+		{name: "SchemaOwnersWithoutSchemaMatch", env: []string{"DATABASE_URL=" + dbURL, "RELAY_SCHEMAS=a,b", "RELAY_SCHEMA_OWNERS=app_owner"},
+			want: []string{"RELAY_SCHEMA_OWNERS", "RELAY_SCHEMA_MATCH"}},
+		{name: "TenantsFileAndSchemaOwners", env: []string{"RELAY_SCHEMA_OWNERS=app_owner"}, file: "tenants:\n" + tenant("a"),
+			want: []string{"RELAY_TENANTS_FILE", "RELAY_SCHEMA_OWNERS"}},
+		{name: "TenantsFileSchemaOwnersUnsetVariable", file: "tenants:\n" + tenant("a") + "    schema_match: a\\_%\n    schema_owners:\n      - ${UNSET_OWNER_VAR}\n",
+			want: []string{"RELAY_TENANTS_FILE", "schema_owners", "UNSET_OWNER_VAR"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/outbox-relay/outbox-relay/internal/fleet"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -23,6 +25,10 @@ type tenant struct {
 	// too, found again every RELAY_DISCOVER_INTERVAL.
 	Schemas     []string
 	SchemaMatch string
+	// SchemaOwners are the roles trusted to own the schemas SchemaMatch
+	// finds (RELAY_SCHEMA_OWNERS, or the tenant's schema_owners); empty for
+	// the default (fleet.Trust).
+	SchemaOwners []string
 	// Mode is the tenant's own mode, or empty for RELAY_MODE.
 	Mode outbox.Mode
 }
@@ -63,13 +69,25 @@ func (c *config) schemaList() []string {
 	return out
 }
 
+// schemaOwnerList is RELAY_SCHEMA_OWNERS split, without blanks.
+func (c *config) schemaOwnerList() []string {
+	var out []string
+	for s := range strings.SplitSeq(c.SchemaOwners, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // validateOutboxes checks the variables that say which outboxes are
-// served: RELAY_SCHEMA or RELAY_SCHEMAS (not both set), RELAY_SCHEMA_MATCH,
-// and RELAY_TENANTS_FILE, which replaces them all and DATABASE_URL.
+// served: RELAY_SCHEMA or RELAY_SCHEMAS (not both set), RELAY_SCHEMA_MATCH
+// and RELAY_SCHEMA_OWNERS, and RELAY_TENANTS_FILE, which replaces them all
+// and DATABASE_URL.
 // schemaSet says whether RELAY_SCHEMA was set rather than defaulted.
 func (c *config) validateOutboxes(schemaSet bool) error {
 	if c.TenantsFile != "" {
-		for _, name := range []string{"DATABASE_URL", "RELAY_SCHEMAS", "RELAY_SCHEMA_MATCH"} {
+		for _, name := range []string{"DATABASE_URL", "RELAY_SCHEMAS", "RELAY_SCHEMA_MATCH", "RELAY_SCHEMA_OWNERS"} {
 			if fmt.Sprint(configField(name).value(c).Interface()) != "" {
 				return &configError{Var: "RELAY_TENANTS_FILE", Value: c.TenantsFile, Reason: "set together with " + name,
 					Allowed: "a file that lists every database and schema, with " + name + " unset (or " + name + " without the file)"}
@@ -105,6 +123,20 @@ func (c *config) validateOutboxes(schemaSet bool) error {
 			return c.refuse("RELAY_SCHEMA_MATCH", "set together with RELAY_SCHEMA: use RELAY_SCHEMAS to serve listed schemas beside the matching ones")
 		}
 	}
+	if c.SchemaOwners != "" {
+		if c.SchemaMatch == "" {
+			return c.refuse("RELAY_SCHEMA_OWNERS", "set without RELAY_SCHEMA_MATCH: it says who may own the schemas the pattern finds")
+		}
+		owners := c.schemaOwnerList()
+		if len(owners) == 0 {
+			return c.refuse("RELAY_SCHEMA_OWNERS", "no role in it")
+		}
+		for _, o := range owners {
+			if err := validateRoleName(o); err != nil {
+				return c.refuse("RELAY_SCHEMA_OWNERS", err.Error())
+			}
+		}
+	}
 	switch {
 	case c.DiscoverInterval < time.Second || c.DiscoverInterval > 30*time.Second:
 		return c.refuse("RELAY_DISCOVER_INTERVAL", "out of range")
@@ -117,15 +149,34 @@ func (c *config) validateOutboxes(schemaSet bool) error {
 }
 
 // validateSchemaMatch checks a LIKE pattern for schemas: not empty, no
-// more than 63 bytes, and no dangling escape.
+// more than 63 bytes, not one that matches every name (only % and _), and
+// no dangling escape.
 func validateSchemaMatch(p string) error {
 	switch {
 	case p == "":
 		return fmt.Errorf("empty")
+	case strings.Trim(p, "%_") == "":
+		return errors.New("matches every schema: it would serve any schema that holds an outbox, another relay's too; " +
+			"name what the schemas to serve have in common, like tenant\\_%")
 	case len(p) > 63:
 		return fmt.Errorf("longer than a schema name (63 bytes)")
 	case strings.HasSuffix(p, `\`) && !strings.HasSuffix(p, `\\`):
 		return fmt.Errorf("ends with a lone escape (\\)")
+	}
+	return nil
+}
+
+// validateRoleName checks a role name of RELAY_SCHEMA_OWNERS or of a
+// tenant's schema_owners: at most 63 bytes (longer names are cut by
+// PostgreSQL), not empty, no comma (the list's separator) and no control character.
+func validateRoleName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("an empty role name")
+	case len(name) > 63:
+		return fmt.Errorf("%q is longer than a role name (63 bytes)", name)
+	case strings.ContainsFunc(name, func(r rune) bool { return r == ',' || unicode.IsControl(r) }):
+		return fmt.Errorf("%q is not a role name: it holds a comma or a control character", name)
 	}
 	return nil
 }
@@ -137,7 +188,7 @@ func (c *config) tenants(environ []string) ([]tenant, error) {
 	if c.TenantsFile != "" {
 		return readTenantsFile(c.TenantsFile, environ)
 	}
-	t := tenant{DatabaseURL: c.DatabaseURL, SchemaMatch: c.SchemaMatch, Schemas: c.schemaList()}
+	t := tenant{DatabaseURL: c.DatabaseURL, SchemaMatch: c.SchemaMatch, Schemas: c.schemaList(), SchemaOwners: c.schemaOwnerList()}
 	if len(t.Schemas) == 0 && t.SchemaMatch == "" {
 		t.Schemas = []string{c.Schema}
 	}
@@ -152,7 +203,7 @@ func (c *config) databases(environ []string) ([]fleet.Database, error) {
 	}
 	out := make([]fleet.Database, 0, len(ts))
 	for _, t := range ts {
-		out = append(out, fleet.Database{Tenant: t.Name, URL: t.DatabaseURL, Schemas: t.Schemas, Match: t.SchemaMatch, Mode: t.Mode})
+		out = append(out, fleet.Database{Tenant: t.Name, URL: t.DatabaseURL, Schemas: t.Schemas, Match: t.SchemaMatch, Owners: t.SchemaOwners, Mode: t.Mode})
 	}
 	return out, nil
 }

@@ -1,13 +1,19 @@
 package cli
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
@@ -97,4 +103,91 @@ func TestProcess_ReadyzDoesNotFlapBetweenBreakerPauses(t *testing.T) {
 	t.Cleanup(srv.Close)
 	relaytest.WaitDrained(t, db, 60*time.Second)
 	waitfor.Condition(t, 10*time.Second, "/readyz to be 200 again", func() bool { return readyz() == http.StatusOK })
+}
+
+// /readyz answers anyone who reaches the port: when PostgreSQL refuses the
+// relay, it says so with the SQLSTATE and names neither the database, nor
+// its host and port, nor the role (PostgreSQL's own message names them:
+// `database "…" does not exist`, `role "…" is not permitted to log in`).
+func TestProcess_ReadyzNamesNoDatabaseHostOrRole(t *testing.T) {
+	t.Parallel()
+	superuser := func(t *testing.T, sql string, args ...any) {
+		t.Helper()
+		conn, err := pgx.Connect(context.Background(), dbtest.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	// readyz waits until /readyz answers code with a body containing want.
+	readyz := func(t *testing.T, p *process, code int, want string) string {
+		t.Helper()
+		p.metrics() // waits for the endpoint
+		var body string
+		waitfor.Condition(t, 30*time.Second, fmt.Sprintf("/readyz to answer %d with %q", code, want), func() bool {
+			var got int
+			got, body = get(t, "http://"+p.addr+"/readyz")
+			return got == code && strings.Contains(body, want)
+		})
+		return body
+	}
+	// named fails t when body shows a part of the connection string.
+	named := func(t *testing.T, body, databaseURL string) {
+		t.Helper()
+		cfg, err := pgconn.ParseConfig(databaseURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{cfg.Database, cfg.User, cfg.Host, ":" + strconv.Itoa(int(cfg.Port)), "user=", "database=", "127.0.0.1", "localhost"} {
+			if strings.Contains(body, s) {
+				t.Errorf("/readyz shows %q: %q", s, body)
+			}
+		}
+	}
+	webhook := func(t *testing.T) []string {
+		rcv := webhooktest.NewReceiver(t)
+		return []string{"WEBHOOK_URL=" + rcv.URL, "WEBHOOK_SECRET=" + rcv.Secret}
+	}
+
+	t.Run("the database is dropped", func(t *testing.T) {
+		t.Parallel()
+		databaseURL := dbtest.NewDatabase(t)
+		cfg, err := pgconn.ParseConfig(databaseURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := startProcess(t, append(webhook(t), "DATABASE_URL="+databaseURL)...)
+		readyz(t, p, http.StatusOK, "ok")
+		superuser(t, "DROP DATABASE "+pgx.Identifier{cfg.Database}.Sanitize()+" WITH (FORCE)")
+		body := readyz(t, p, http.StatusServiceUnavailable, "SQLSTATE 3D000")
+		t.Logf("/readyz: %s", body)
+		named(t, body, databaseURL)
+	})
+	t.Run("the role may no longer log in", func(t *testing.T) {
+		t.Parallel()
+		lp := dbtest.NewLeastPrivilege(t)
+		p := startProcess(t, append(webhook(t), "DATABASE_URL="+lp.Relay.URL, "RELAY_SCHEMA="+lp.Name, "RELAY_MIGRATE=false")...)
+		readyz(t, p, http.StatusOK, "ok")
+		superuser(t, "ALTER ROLE "+pgx.Identifier{lp.Relay.Name}.Sanitize()+" NOLOGIN")
+		superuser(t, "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE usename = $1", lp.Relay.Name)
+		body := readyz(t, p, http.StatusServiceUnavailable, "SQLSTATE 28000")
+		t.Logf("/readyz: %s", body)
+		named(t, body, lp.Relay.URL)
+	})
+	t.Run("the database never existed", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := pgconn.ParseConfig(dbtest.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		databaseURL := fmt.Sprintf("postgres://%s@%s/t_no_such_database?sslmode=disable", cfg.User, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+		p := startProcess(t, append(webhook(t), "DATABASE_URL="+databaseURL)...)
+		p.waitLog("cannot reach the database")
+		body := readyz(t, p, http.StatusServiceUnavailable, "waiting for the database")
+		t.Logf("/readyz: %s", body)
+		named(t, body, databaseURL)
+	})
 }

@@ -57,11 +57,12 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 
 	var ep *endpoint
 	if s.HTTPAddr != "" {
-		if ep, err = listen(s.HTTPAddr); err != nil {
+		if ep, err = listen(s.HTTPAddr, endpointLimits{MaxConns: s.HTTPMaxConnections}); err != nil {
 			return err
 		}
 		defer ep.stop()
 		ep.serve(registry, log)
+		warnExposedEndpoint(log, ep.addr(), inv.Environ)
 		ep.starting("starting: waiting for the database")
 	}
 
@@ -122,6 +123,11 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 		}
 		return &configError{Var: name, Value: value, Reason: conflict.Error(),
 			Allowed: "the mode of the relays already running on RELAY_SCHEMA"}
+	}
+	var sinkConflict *relay.SinkConflictError
+	if errors.As(err, &sinkConflict) {
+		return &configError{Var: "RELAY_SINK", Value: sinkConflict.Want, Reason: sinkConflict.Error(),
+			Allowed: "the default sink of the relays already running on RELAY_SCHEMA"}
 	}
 	return err
 }

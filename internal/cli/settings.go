@@ -13,10 +13,12 @@ import (
 // sinks' and the process's settings; a test sets every variable of the
 // reference in turn and checks that it changes something here.
 type settings struct {
-	// DatabaseURL, Migrate and HTTPAddr are the process's.
-	DatabaseURL string
-	Migrate     bool
-	HTTPAddr    string
+	// DatabaseURL, Migrate, HTTPAddr and HTTPMaxConnections are the
+	// process's.
+	DatabaseURL        string
+	Migrate            bool
+	HTTPAddr           string
+	HTTPMaxConnections int
 	// Outboxes are the databases and schemas the relay serves, and how
 	// (many-outbox settings, package fleet).
 	Outboxes outboxSettings
@@ -57,11 +59,12 @@ func settingsOf(c *config, version string) settings {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.LogLevel)) // validated by loadConfig
 	s := settings{
-		DatabaseURL: c.DatabaseURL,
-		Migrate:     c.Migrate,
-		HTTPAddr:    c.HTTPAddr,
-		LogLevel:    level,
-		LogFormat:   c.LogFormat,
+		DatabaseURL:        c.DatabaseURL,
+		Migrate:            c.Migrate,
+		HTTPAddr:           c.HTTPAddr,
+		HTTPMaxConnections: c.HTTPMaxConnections,
+		LogLevel:           level,
+		LogFormat:          c.LogFormat,
 		Relay: relay.Config{
 			Schema:            c.Schema,
 			ID:                c.ID,

@@ -44,6 +44,7 @@ var sampleValues = map[string]string{
 	"RELAY_MIGRATE":                      "false",
 	"RELAY_SCHEMAS":                      "orders,billing",
 	"RELAY_SCHEMA_MATCH":                 `tenant\_%`,
+	"RELAY_SCHEMA_OWNERS":                "app_owner,tenants_admin",
 	"RELAY_TENANTS_FILE":                 "$SAMPLES/tenants.yaml",
 	"RELAY_DISCOVER_INTERVAL":            "20s",
 	"RELAY_IDLE_POLL_INTERVAL":           "5s",
@@ -66,6 +67,7 @@ var sampleValues = map[string]string{
 	"RELAY_DEDUP_RETENTION":              "0",
 	"RELAY_CLOUDEVENTS_SOURCE":           "/orders",
 	"RELAY_HTTP_ADDR":                    "127.0.0.1:9999",
+	"RELAY_HTTP_MAX_CONNECTIONS":         "64",
 	"NATS_URL":                           "nats://nats.internal:4222",
 	"NATS_JETSTREAM":                     "false",
 	"NATS_SUBJECT_PREFIX":                "events.",
@@ -119,6 +121,7 @@ var sampleValues = map[string]string{
 
 // needs lists what a sample value needs beside it to be valid.
 var needs = map[string][]string{
+	"RELAY_SCHEMA_OWNERS":     {`RELAY_SCHEMA_MATCH=tenant\_%`},
 	"OTEL_TRACES_SAMPLER_ARG": {"OTEL_TRACES_SAMPLER=traceidratio"},
 	"NATS_STREAM":             {"NATS_SUBJECT_PREFIX=events."},
 	"KAFKA_SASL_MECHANISM":    {"KAFKA_SASL_USERNAME=relay", "KAFKA_SASL_PASSWORD=s3cret"},

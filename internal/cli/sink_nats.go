@@ -18,7 +18,7 @@ import (
 type natsEnv struct {
 	URL           string        `env:"NATS_URL" redact:"may hold credentials" doc:"NATS server URL(s), comma-separated; enables the nats sink. Credentials may be embedded (nats://user:pass@host:4222); they are never logged." allowed:"nats://, tls://, ws:// or wss:// URLs"`
 	JetStream     bool          `env:"NATS_JETSTREAM" envDefault:"true" doc:"Publish to JetStream and wait for each PubAck. false: core NATS, publish and flush (no persistence, no dedup)." allowed:"true or false"`
-	SubjectPrefix string        `env:"NATS_SUBJECT_PREFIX" doc:"Prepended to the topic to form the subject, like events. for events.orders.created. Whatever the prefix, a subject on the control plane ($… or _INBOX…) is never published: such a row is dead-lettered as permanent." allowed:"empty, or subject tokens ending with a dot, without whitespace, control characters or wildcards, not starting with $ or _INBOX"`
+	SubjectPrefix string        `env:"NATS_SUBJECT_PREFIX" doc:"Prepended to the topic to form the subject, like events. for events.orders.created. Whatever the prefix, a subject on the control plane ($… or _INBOX…) is never published: such a row is dead-lettered as permanent." allowed:"empty, or at most 512 bytes of subject tokens ending with a dot, without whitespace, control characters or wildcards, not starting with $ or _INBOX"`
 	Stream        string        `env:"NATS_STREAM" doc:"When set, create this JetStream stream at start, capturing NATS_SUBJECT_PREFIX + '>' with a duplicate window of RELAY_LEASE + RELAY_BACKOFF_MAX, unless it exists (existing streams are never changed). For quick starts; manage production streams yourself." allowed:"a stream name (letters, digits, - and _); needs NATS_SUBJECT_PREFIX"`
 	AckTimeout    time.Duration `env:"NATS_ACK_TIMEOUT" envDefault:"5s" doc:"How long to wait for one JetStream PubAck before the message is retried." allowed:"a positive duration of at most 60% of RELAY_LEASE"`
 	CredsFile     string        `env:"NATS_CREDS_FILE" doc:"Path of a NATS credentials file to authenticate with (decentralized JWT auth): a user JWT and its NKey seed, as nsc writes it. Read again at every connection attempt, so a renewed file is used from the next reconnection. What it holds is never logged." allowed:"a readable .creds file; not with NATS_NKEY_SEED_FILE"`
@@ -56,6 +56,9 @@ func (e *natsEnv) validate(c *config) error {
 	}
 	if strings.ContainsFunc(e.SubjectPrefix, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) || r == utf8.RuneError }) {
 		return c.refuse("NATS_SUBJECT_PREFIX", "contains whitespace or a control character")
+	}
+	if len(e.SubjectPrefix) > natssink.SubjectPrefixBytesMax {
+		return c.refuse("NATS_SUBJECT_PREFIX", fmt.Sprintf("%d bytes: at most %d", len(e.SubjectPrefix), natssink.SubjectPrefixBytesMax))
 	}
 	if p := e.SubjectPrefix; strings.HasPrefix(p, "$") || strings.HasPrefix(p, "_INBOX.") {
 		return c.refuse("NATS_SUBJECT_PREFIX", "on NATS's control plane ($… APIs, _INBOX replies)")

@@ -159,10 +159,10 @@ func listOutboxes(ctx context.Context, ts []tenant, pools *adminPools) []foundOu
 		}
 		pattern := foundOutbox{outboxRef: outboxRef{Tenant: t.Name, DatabaseURL: t.DatabaseURL}, Match: t.SchemaMatch}
 		pool, err := pools.get(ctx, t.DatabaseURL)
-		var schemas []string
+		var found []fleet.Found
 		if err == nil {
 			searchCtx, cancel := context.WithTimeout(ctx, connectTimeout)
-			schemas, err = fleet.Discover(searchCtx, pool, t.SchemaMatch)
+			found, err = fleet.Discover(searchCtx, pool, t.SchemaMatch, fleet.Trust{Owners: t.SchemaOwners, Listed: listedIn(ts, t.DatabaseURL)})
 			cancel()
 		}
 		if err != nil {
@@ -171,8 +171,9 @@ func listOutboxes(ctx context.Context, ts []tenant, pools *adminPools) []foundOu
 			continue
 		}
 		n := 0
-		for _, s := range schemas {
-			if outbox.ValidateSchema(s) != nil || listed[key{t.DatabaseURL, s}] {
+		for _, f := range found {
+			s := f.Schema
+			if outbox.ValidateSchema(s) != nil || !f.Trusted || listed[key{t.DatabaseURL, s}] {
 				continue // not served (the relay says why), or served as listed
 			}
 			listed[key{t.DatabaseURL, s}] = true
@@ -181,6 +182,17 @@ func listOutboxes(ctx context.Context, ts []tenant, pools *adminPools) []foundOu
 		}
 		if n == 0 {
 			out = append(out, pattern)
+		}
+	}
+	return out
+}
+
+// listedIn returns the schemas ts list in the database at url.
+func listedIn(ts []tenant, url string) []string {
+	var out []string
+	for _, t := range ts {
+		if t.DatabaseURL == url {
+			out = append(out, t.Schemas...)
 		}
 	}
 	return out
@@ -246,7 +258,7 @@ func (p *adminPools) get(ctx context.Context, url string) (*pgxpool.Pool, error)
 	if pool, ok := p.pools[url]; ok {
 		return pool, nil
 	}
-	pool, err := openPool(ctx, url, adminPoolSize)
+	pool, err := openPool(ctx, url, adminPoolSize, nil)
 	if err == nil {
 		pingCtx, cancel := context.WithTimeout(ctx, connectTimeout)
 		err = pool.Ping(pingCtx)

@@ -14,9 +14,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
-// tenantsFileLimit bounds RELAY_TENANTS_FILE's size.
-const tenantsFileLimit = 1 << 20
-
 // tenantsFile is RELAY_TENANTS_FILE's content:
 //
 //	tenants:
@@ -26,6 +23,7 @@ const tenantsFileLimit = 1 << 20
 //	  - name: globex
 //	    database_url_file: /run/secrets/globex-database-url
 //	    schema_match: tenant\_%
+//	    schema_owners: [globex_owner]
 //	    mode: ordered
 //
 // ${VAR} in any value is VAR from the environment (an unset or empty VAR is
@@ -41,6 +39,7 @@ type tenantEntry struct {
 	DatabaseURLFile string   `yaml:"database_url_file"`
 	Schemas         []string `yaml:"schemas"`
 	SchemaMatch     string   `yaml:"schema_match"`
+	SchemaOwners    []string `yaml:"schema_owners"`
 	Mode            string   `yaml:"mode"`
 }
 
@@ -54,7 +53,7 @@ var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 func readTenantsFile(path string, environ []string) ([]tenant, error) {
 	refuse := func(reason string) error {
 		return &configError{Var: "RELAY_TENANTS_FILE", Value: path, Reason: reason,
-			Allowed: "a YAML file of tenants: [{name, database_url or database_url_file, schemas and/or schema_match, mode}] (docs/many-outboxes.md)"}
+			Allowed: "a YAML file of at most " + formatLimit(tenantsFileLimit) + " of tenants: [{name, database_url or database_url_file, schemas and/or schema_match, schema_owners, mode}] (docs/many-outboxes.md)"}
 	}
 	b, err := readFileLimited(path, tenantsFileLimit)
 	if err != nil {
@@ -161,6 +160,18 @@ func (e tenantEntry) tenant(vars map[string]string) (tenant, error) {
 		if err := validateSchemaMatch(t.SchemaMatch); err != nil {
 			return tenant{}, fmt.Errorf("schema_match: %w", err)
 		}
+	}
+	for _, o := range e.SchemaOwners {
+		if o, err = expandVars(o, vars); err != nil {
+			return tenant{}, fmt.Errorf("schema_owners: %w", err)
+		}
+		if err := validateRoleName(o); err != nil {
+			return tenant{}, fmt.Errorf("schema_owners: %w", err)
+		}
+		t.SchemaOwners = append(t.SchemaOwners, o)
+	}
+	if len(t.SchemaOwners) > 0 && t.SchemaMatch == "" {
+		return tenant{}, errors.New("schema_owners without schema_match: it says who may own the schemas the pattern finds")
 	}
 	if len(t.Schemas) == 0 && t.SchemaMatch == "" {
 		return tenant{}, errors.New("no schemas or schema_match")

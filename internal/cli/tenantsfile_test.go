@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -33,15 +36,19 @@ func TestTenantsFile_ReadsExpandsAndChecks(t *testing.T) {
   - name: globex
     database_url_file: ${SECRETS}/globex-url
     schema_match: tenant\_%
+    schema_owners:
+      - ${GLOBEX_OWNER}
+      - globex_admin
     mode: ordered
 `)
-	got, err := readTenantsFile(path, []string{"ACME_PASSWORD=s3cret", "SECRETS=" + filepath.Dir(secret)})
+	got, err := readTenantsFile(path, []string{"ACME_PASSWORD=s3cret", "SECRETS=" + filepath.Dir(secret), "GLOBEX_OWNER=globex_app"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []tenant{
 		{Name: "acme", DatabaseURL: "postgres://relay:s3cret@acme.internal/app?application_name=a$b", Schemas: []string{"orders", "billing"}},
-		{Name: "globex", DatabaseURL: "postgres://relay:pw@globex.internal/app", SchemaMatch: `tenant\_%`, Mode: outbox.ModeOrdered},
+		{Name: "globex", DatabaseURL: "postgres://relay:pw@globex.internal/app", SchemaMatch: `tenant\_%`,
+			SchemaOwners: []string{"globex_app", "globex_admin"}, Mode: outbox.ModeOrdered},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v\nwant %+v", got, want)
@@ -65,6 +72,10 @@ func TestTenantsFile_RefusalsNameTheTenantAndHideTheURL(t *testing.T) {
 		{"both databases", "tenants:\n  - name: a\n    database_url: " + url + "\n    database_url_file: /x\n    schemas: [x]\n", "both set"},
 		{"no schemas", "tenants:\n  - name: a\n    database_url: " + url + "\n", "no schemas or schema_match"},
 		{"bad mode", "tenants:\n  - name: a\n    database_url: " + url + "\n    schemas: [x]\n    mode: fifo\n", `mode "fifo"`},
+		{"pattern of every schema", "tenants:\n  - name: a\n    database_url: " + url + "\n    schema_match: '%%'\n", `tenant "a": schema_match: matches every schema`},
+		{"owners without a pattern", "tenants:\n  - name: a\n    database_url: " + url + "\n    schemas: [x]\n    schema_owners: [app]\n", `tenant "a": schema_owners without schema_match`},
+		{"owner with a comma", "tenants:\n  - name: a\n    database_url: " + url + "\n    schema_match: t%\n    schema_owners: ['app,ops']\n", `tenant "a": schema_owners: "app,ops" is not a role name`},
+		{"owner unset", "tenants:\n  - name: a\n    database_url: " + url + "\n    schema_match: t%\n    schema_owners:\n      - ${NOPE}\n", `tenant "a": schema_owners: ${NOPE} is not set`},
 		{"not postgres", "tenants:\n  - name: a\n    database_url: mysql://relay:hunter2@db/app\n    schemas: [x]\n", `tenant "a": database URL`},
 		{"empty", "tenants: []\n", "no tenants"},
 	} {
@@ -101,6 +112,13 @@ func TestConfig_OutboxVariablesRefuseAmbiguity(t *testing.T) {
 		{[]string{db, "RELAY_SCHEMAS= , "}, "no schema in it"},
 		{[]string{db, "RELAY_SCHEMA=a", "RELAY_SCHEMA_MATCH=t%"}, "RELAY_SCHEMA_MATCH"},
 		{[]string{db, `RELAY_SCHEMA_MATCH=t\`}, "lone escape"},
+		{[]string{db, "RELAY_SCHEMA_MATCH=%"}, "RELAY_SCHEMA_MATCH"},
+		{[]string{db, "RELAY_SCHEMA_MATCH=%_%"}, "matches every schema"},
+		{[]string{db, "RELAY_SCHEMA_MATCH=__"}, "matches every schema"},
+		{[]string{db, "RELAY_SCHEMAS=a,b", "RELAY_SCHEMA_OWNERS=app"}, "RELAY_SCHEMA_OWNERS"},
+		{[]string{db, "RELAY_SCHEMA_MATCH=t%", "RELAY_SCHEMA_OWNERS= , "}, "no role in it"},
+		{[]string{db, "RELAY_SCHEMA_MATCH=t%", "RELAY_SCHEMA_OWNERS=app," + strings.Repeat("r", 64)}, "longer than a role name"},
+		{[]string{file, "RELAY_SCHEMA_OWNERS=app"}, "set together with RELAY_SCHEMA_OWNERS"},
 		{[]string{db, file}, "set together with DATABASE_URL"},
 		{[]string{file, "RELAY_SCHEMA=a"}, "set together with RELAY_SCHEMA"},
 		{[]string{db, "RELAY_DISCOVER_INTERVAL=1m"}, "RELAY_DISCOVER_INTERVAL"},
@@ -110,6 +128,32 @@ func TestConfig_OutboxVariablesRefuseAmbiguity(t *testing.T) {
 		_, err := loadConfig(append(tc.env, base...))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v, want an error saying %q", tc.env, err, tc.want)
+		}
+	}
+}
+
+// RELAY_SCHEMA_OWNERS reaches the fleet as the database's trusted owners;
+// unset, it leaves them to the default.
+func TestConfig_SchemaOwnersReachTheFleet(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		owners string
+		want   []string
+	}{
+		{"", nil},
+		{" app_owner , tenants_admin,", []string{"app_owner", "tenants_admin"}},
+	} {
+		environ := []string{"DATABASE_URL=postgres://relay@127.0.0.1/app", "NATS_URL=nats://127.0.0.1:4222", `RELAY_SCHEMA_MATCH=tenant\_%`, "RELAY_SCHEMA_OWNERS=" + tc.owners}
+		c, err := loadConfig(environ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dbs, err := c.databases(environ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dbs) != 1 || !reflect.DeepEqual(dbs[0].Owners, tc.want) {
+			t.Errorf("RELAY_SCHEMA_OWNERS=%q: databases %+v, want owners %q", tc.owners, dbs, tc.want)
 		}
 	}
 }
@@ -135,5 +179,39 @@ func TestConfig_IdlePollDefaultFollowsTheOutboxes(t *testing.T) {
 		if got := s.Relay.IdlePollInterval.String(); got != tc.want {
 			t.Errorf("%v: idle poll interval %s, want %s", tc.env, got, tc.want)
 		}
+	}
+}
+
+// RELAY_TENANTS_FILE has one size limit, tenantsFileLimit: the start-up
+// check of the path refused a file above 64 KiB (the secrets' limit) that
+// the reader took up to 1 MiB.
+func TestTenantsFile_OneSizeLimitForThePathAndTheReader(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	tenants := "tenants:\n  - name: acme\n    database_url: " + db.URL + "\n    schemas: [" + db.Name + "]\n"
+	pad := func(size int) string {
+		line := "# " + strings.Repeat("-", 77) + "\n"
+		body := tenants + strings.Repeat(line, (size-len(tenants))/len(line))
+		return body + strings.Repeat("#", size-len(body))
+	}
+	var stdout, stderr bytes.Buffer
+	big := writeTenants(t, pad(100<<10))
+	code := run(context.Background(), []string{"status"}, []string{"RELAY_TENANTS_FILE=" + big}, &stdout, &stderr)
+	if code != exitOK || !strings.Contains(stdout.String(), db.Name) {
+		t.Errorf("status with a tenants file of 100 KiB: exit %d, want %d\nstdout: %s\nstderr: %s", code, exitOK, stdout.String(), stderr.String())
+	}
+
+	over := writeTenants(t, pad(tenantsFileLimit+1))
+	stdout.Reset()
+	stderr.Reset()
+	code = run(context.Background(), []string{"status"}, []string{"RELAY_TENANTS_FILE=" + over}, &stdout, &stderr)
+	if code != exitUsage || !strings.Contains(stderr.String(), "RELAY_TENANTS_FILE") || !strings.Contains(stderr.String(), "more than 1 MiB") {
+		t.Errorf("status with a tenants file of 1 MiB and a byte: exit %d, want %d naming RELAY_TENANTS_FILE and 1 MiB\nstderr: %s", code, exitUsage, stderr.String())
+	}
+
+	// The reference and the help say the same limit.
+	f := configField("RELAY_TENANTS_FILE")
+	if want := "at most " + formatLimit(tenantsFileLimit); !strings.Contains(f.field.Tag.Get("allowed"), want) {
+		t.Errorf("RELAY_TENANTS_FILE allows %q: want it to say %q", f.field.Tag.Get("allowed"), want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -31,10 +32,10 @@ import (
 // _COMPRESSION, OTEL_SPAN_*_LIMIT), as it documents.
 type tracingEnv struct {
 	Exporter           string `env:"OTEL_TRACES_EXPORTER" doc:"otlp turns tracing on: one span per batch, sink and destination, exported over OTLP and linked to each row's traceparent (docs/tracing.md). Unset or none: off, with no exporter, no goroutine and no cost in the delivery path. The other OTEL_ variables are read only with otlp." allowed:"otlp or none"`
-	Endpoint           string `env:"OTEL_EXPORTER_OTLP_ENDPOINT" doc:"Base URL of the OTLP receiver (a collector): /v1/traces is appended for http/protobuf, the URL is used as it is for grpc. Default: http://localhost:4318 (http/protobuf), http://localhost:4317 (grpc)." allowed:"an http:// or https:// URL"`
-	TracesEndpoint     string `env:"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" doc:"Full URL spans are sent to; overrides OTEL_EXPORTER_OTLP_ENDPOINT, and nothing is appended." allowed:"an http:// or https:// URL"`
+	Endpoint           string `env:"OTEL_EXPORTER_OTLP_ENDPOINT" doc:"Base URL of the OTLP receiver (a collector): /v1/traces is appended for http/protobuf, the URL is used as it is for grpc. Default: http://localhost:4318 (http/protobuf), http://localhost:4317 (grpc)." allowed:"an http:// or https:// URL without user info or query (credentials go in OTEL_EXPORTER_OTLP_HEADERS)"`
+	TracesEndpoint     string `env:"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" doc:"Full URL spans are sent to; overrides OTEL_EXPORTER_OTLP_ENDPOINT, and nothing is appended." allowed:"an http:// or https:// URL without user info or query (credentials go in OTEL_EXPORTER_OTLP_HEADERS)"`
 	Protocol           string `env:"OTEL_EXPORTER_OTLP_PROTOCOL" envDefault:"http/protobuf" doc:"OTLP transport." allowed:"http/protobuf or grpc"`
-	Headers            string `env:"OTEL_EXPORTER_OTLP_HEADERS" redact:"may hold credentials" doc:"Headers of every export request, like an API key of the tracing backend. Never logged." allowed:"key=value pairs separated by commas, values URL-encoded (api-key=abc,x-team=payments)"`
+	Headers            string `env:"OTEL_EXPORTER_OTLP_HEADERS" redact:"may hold credentials" doc:"Headers of every export request, like an API key of the tracing backend. Never logged." allowed:"key=value pairs separated by commas, values URL-encoded (api-key=abc,x-team=payments); names are HTTP tokens, values hold no line break or other control character"`
 	ServiceName        string `env:"OTEL_SERVICE_NAME" doc:"service.name of the spans. Default: the service.name of OTEL_RESOURCE_ATTRIBUTES, else outbox-relay." allowed:"a name"`
 	ResourceAttributes string `env:"OTEL_RESOURCE_ATTRIBUTES" doc:"More attributes of the resource the spans come from, like deployment.environment.name=prod." allowed:"key=value pairs separated by commas, values URL-encoded"`
 	Sampler            string `env:"OTEL_TRACES_SAMPLER" doc:"Which spans are kept. The relay's spans are roots, so the parentbased_ samplers act as their root sampler. Default: parentbased_always_on (every span)." allowed:"always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio"`
@@ -77,11 +78,32 @@ func (e *tracingEnv) validate(c *config) error {
 		if v == "" {
 			continue
 		}
-		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return c.refuse(name, "not an http:// or https:// URL")
 		}
+		// The exporters send neither: credentials or a token there would
+		// be dropped without a word, and every export refused.
+		var dropped string
+		switch {
+		case u.User != nil:
+			dropped = "user info (user:password@) in the URL is never sent"
+		case u.RawQuery != "" || u.ForceQuery:
+			dropped = "a query string (?…) in the URL is never sent"
+		case u.Fragment != "":
+			dropped = "a fragment (#…) in the URL is never sent"
+		}
+		if dropped != "" {
+			// The value without what may be a secret.
+			return &configError{Var: name, Value: redactEndpoint(v), Allowed: configField(name).field.Tag.Get("allowed"),
+				Reason: dropped + ": give credentials in OTEL_EXPORTER_OTLP_HEADERS (like authorization=Bearer%20<token>)"}
+		}
 	}
-	if _, err := parsePairs(e.Headers); err != nil {
+	headers, err := parsePairs(e.Headers)
+	if err != nil {
+		return c.refuse("OTEL_EXPORTER_OTLP_HEADERS", err.Error())
+	}
+	if err := checkHeaders(headers); err != nil {
 		return c.refuse("OTEL_EXPORTER_OTLP_HEADERS", err.Error())
 	}
 	if _, err := parsePairs(e.ResourceAttributes); err != nil {
@@ -167,6 +189,38 @@ func parsePairs(s string) (map[string]string, error) {
 		out[k] = value
 	}
 	return out, nil
+}
+
+// checkHeaders refuses export headers that no request can carry: a name
+// that is not an HTTP token, a value with a line break or another control
+// character (a URL-encoded %0A decodes to one). The exporter would take
+// them and every export would fail. The error names the header, never its
+// value.
+func checkHeaders(h map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		if !httpToken(k) {
+			return fmt.Errorf("header name %q is not an HTTP token (letters, digits and !#$%%&'*+-.^_`|~)", k)
+		}
+		if strings.ContainsFunc(h[k], func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
+			return fmt.Errorf("the value of %s has a line break or another control character, which no request can carry", k)
+		}
+	}
+	return nil
+}
+
+// httpToken reports whether s is an HTTP token (RFC 9110), as a header
+// name must be.
+func httpToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // newTracerProvider returns the tracer provider of t, exporting in the

@@ -67,6 +67,41 @@ func TestTracing_BadValuesAreRefusedNamingTheVariable(t *testing.T) {
 	}
 }
 
+// A header no request can carry (a line break in a value, raw or
+// URL-encoded; a name that is not a token) and the parts of an endpoint
+// URL the exporters drop (user info, a query) are refused at start,
+// naming the variable and never showing the secret; credentials go in
+// OTEL_EXPORTER_OTLP_HEADERS.
+func TestTracing_HeadersNoRequestCarriesAndDroppedURLPartsAreRefused(t *testing.T) {
+	t.Parallel()
+	for _, kv := range []string{
+		"OTEL_EXPORTER_OTLP_HEADERS=api-key=hunter2\nx-team=payments",
+		"OTEL_EXPORTER_OTLP_HEADERS=api-key=hunter2%0D%0Ax-injected:1",
+		"OTEL_EXPORTER_OTLP_HEADERS=x-team=a,api key=hunter2",
+		"OTEL_EXPORTER_OTLP_HEADERS=api-key=hunter2%00",
+		"OTEL_EXPORTER_OTLP_ENDPOINT=https://relay:hunter2@collector:4318",
+		"OTEL_EXPORTER_OTLP_ENDPOINT=https://collector:4318/?api_key=hunter2",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=https://hunter2@collector/v1/traces",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=https://collector/v1/traces?token=hunter2",
+	} {
+		_, err := loadConfig(append(append([]string{}, tracingBase...), kv))
+		name, _, _ := strings.Cut(kv, "=")
+		var ce *configError
+		if !errors.As(err, &ce) || ce.Var != name || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%q: %v, want an error naming %s that does not show the secret", kv, err, name)
+			continue
+		}
+		if strings.HasSuffix(name, "ENDPOINT") && !strings.Contains(err.Error(), "give credentials in OTEL_EXPORTER_OTLP_HEADERS") {
+			t.Errorf("%q: %v, want it to point at OTEL_EXPORTER_OTLP_HEADERS", kv, err)
+		}
+	}
+	// A tab may be in a value; spaces around pairs are trimmed.
+	s := mustSettings(t, append(append([]string{}, tracingBase...), "OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer%20t\tk , x-team=a\n"))
+	if want := map[string]string{"authorization": "Bearer t\tk", "x-team": "a"}; !reflect.DeepEqual(s.Tracing.Headers, want) {
+		t.Errorf("headers %q, want %q", s.Tracing.Headers, want)
+	}
+}
+
 // The tracer provider applies the settings: headers and endpoint reach
 // the export requests, the resource and the sampler the spans.
 func TestTracing_ProviderAppliesTheSettings(t *testing.T) {

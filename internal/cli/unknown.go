@@ -36,6 +36,22 @@ func unknownVariables(environ []string) []unknownVariable {
 	return out
 }
 
+// suggestCommand returns the command whose name is closest to name, an
+// unknown command, when it is close enough to be a typo (stauts, statsu,
+// stat for status); "" when none is.
+func suggestCommand(name string) string {
+	closest, best := "", -1
+	for _, c := range commands {
+		if d := editDistance(name, c.name); best < 0 || d < best {
+			closest, best = c.name, d
+		}
+	}
+	if best < 0 || best > max(2, len(name)/3) || best >= len(name) {
+		return ""
+	}
+	return closest
+}
+
 // editDistance is the Levenshtein distance between a and b.
 func editDistance(a, b string) int {
 	prev := make([]int, len(b)+1)

@@ -85,6 +85,10 @@ func NewEmpty(t testing.TB) *Schema {
 			"These tests need a real database and never skip. Start one (Debian: apt-get install postgresql && pg_ctlcluster 15 main start,\n"+
 			"with trust auth for 127.0.0.1) or point TEST_DATABASE_URL at one; `bash .ci/run` does both.", redact(url), err)
 	}
+	if c, err := pool.Acquire(ctx); err == nil {
+		record(c.Conn(), "schema", name)
+		c.Release()
+	}
 	t.Cleanup(func() {
 		pool.Close()
 		conn, err := connect(context.Background(), url)
@@ -95,7 +99,9 @@ func NewEmpty(t testing.TB) *Schema {
 		defer conn.Close(context.Background())
 		if err := dropSchema(conn, name); err != nil {
 			t.Errorf("drop test schema %s: %v", name, err)
+			return
 		}
+		forget(conn, name)
 	})
 	return &Schema{Name: name, Pool: pool, URL: url}
 }
@@ -270,6 +276,54 @@ func (s *Schema) ExecAsRelay(t testing.TB, sql string, args ...any) int64 {
 	return tag.RowsAffected()
 }
 
+// ExecEachAsRelay runs sql once per element of args as ExecAsRelay does
+// (triggers skipped), in one transaction, each in a savepoint: an
+// execution PostgreSQL refuses (a domain's check, invalid UTF-8, a NUL in
+// text) is rolled back alone. It returns which executions succeeded.
+func (s *Schema) ExecEachAsRelay(t testing.TB, sql string, args [][]any) []bool {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	messages := pgx.Identifier{s.Name, "messages"}.Sanitize()
+	ids := pgx.Identifier{s.Name, "messages_id_seq"}.Sanitize()
+	for _, q := range []string{
+		"SET LOCAL session_replication_role = replica",
+		"ALTER TABLE " + messages + " ALTER COLUMN idempotency_key SET DEFAULT gen_random_uuid()::text, ALTER COLUMN id SET DEFAULT nextval('" + ids + "')",
+	} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	sql = strings.ReplaceAll(sql, "%s", pgx.Identifier{s.Name}.Sanitize())
+	ok := make([]bool, len(args))
+	for i, a := range args {
+		if _, err := tx.Exec(ctx, "SAVEPOINT each"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, sql, a...); err != nil {
+			if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT each; RELEASE SAVEPOINT each"); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT each"); err != nil {
+			t.Fatal(err)
+		}
+		ok[i] = true
+	}
+	if _, err := tx.Exec(ctx, "ALTER TABLE "+messages+" ALTER COLUMN idempotency_key DROP DEFAULT, ALTER COLUMN id DROP DEFAULT"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
 // schemaName makes a valid, unique schema name from a test name.
 func schemaName(testName string) string {
 	base := unsafeChars.ReplaceAllString(strings.ToLower(testName), "_")
@@ -321,6 +375,7 @@ func NewRole(t testing.TB, purpose string) *Role {
 	if _, err := conn.Exec(ctx, "CREATE ROLE "+quoted+" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD '"+password+"'"); err != nil {
 		t.Fatalf("create role %s: %v", name, err)
 	}
+	record(conn, "role", name)
 	t.Cleanup(func() {
 		conn, err := connect(context.Background(), base)
 		if err != nil {
@@ -335,7 +390,9 @@ func NewRole(t testing.TB, purpose string) *Role {
 		}
 		if _, err := conn.Exec(context.Background(), "DROP ROLE "+quoted); err != nil {
 			t.Errorf("drop role %s: %v", name, err)
+			return
 		}
+		forget(conn, name)
 	})
 	u, err := urlAs(base, name, password)
 	if err != nil {

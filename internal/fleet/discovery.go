@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,11 +54,12 @@ func (d *discovery) loop(ctx context.Context) {
 // failed search changes nothing.
 func (d *discovery) search(ctx context.Context) {
 	now := map[string]Database{}
+	listed := listedSchemas(d.entries)
 	for _, e := range d.entries {
 		if e.Match == "" {
 			continue
 		}
-		schemas, err := d.match(ctx, e.Match)
+		found, err := d.match(ctx, e.Match, Trust{Owners: e.Owners, Listed: listed})
 		if err != nil {
 			if ctx.Err() == nil && !d.failing {
 				d.log.Warn("search for the schemas to serve failed: the outboxes found before are served meanwhile", "match", e.Match, "err", err)
@@ -64,7 +67,8 @@ func (d *discovery) search(ctx context.Context) {
 			d.failing = true
 			return
 		}
-		for _, s := range schemas {
+		for _, f := range found {
+			s := f.Schema
 			if outbox.ValidateSchema(s) != nil {
 				if !d.refused[s] {
 					d.refused[s] = true
@@ -72,9 +76,20 @@ func (d *discovery) search(ctx context.Context) {
 				}
 				continue
 			}
-			if listedHere(d.entries, s) {
+			if slices.Contains(listed, s) {
 				continue // listed: served as such
 			}
+			if !f.Trusted {
+				if key := "owner:" + s; !d.refused[key] {
+					d.refused[key] = true
+					d.log.Warn("schema matches but is not served: it or its messages table is owned by a role that is not a trusted owner, "+
+						"and its owner's triggers would run as the relay's role; add the owner to RELAY_SCHEMA_OWNERS (a tenant's schema_owners) to serve it",
+						"match", e.Match, "schema", s, "schema_owner", f.Owner, "table_owner", f.TableOwner,
+						"trusted_owners", strings.Join(f.Owners, ","))
+				}
+				continue
+			}
+			delete(d.refused, "owner:"+s) // said again if it turns untrusted again
 			if _, ok := now[s]; !ok {
 				now[s] = e
 			}
@@ -101,37 +116,69 @@ func (d *discovery) search(ctx context.Context) {
 }
 
 // match returns the schemas that match pattern and hold a migrated outbox.
-func (d *discovery) match(ctx context.Context, pattern string) ([]string, error) {
+func (d *discovery) match(ctx context.Context, pattern string, trust Trust) ([]Found, error) {
 	ctx, cancel := context.WithTimeout(ctx, discoverTimeout)
 	defer cancel()
-	return Discover(ctx, d.pool, pattern)
+	return Discover(ctx, d.pool, pattern, trust)
+}
+
+// Trust says whose matched schemas are served: a schema's triggers, and
+// those of its tables, run as the role of whoever writes to them, so a
+// matched schema's owner could act as the relay's role.
+type Trust struct {
+	// Owners are the trusted roles. Empty: the role the relay connects as
+	// (current_user) and the owners of the schemas in Listed.
+	Owners []string
+	// Listed are the schemas the configuration names for the database.
+	Listed []string
+}
+
+// Found is a schema a pattern matched that holds a migrated outbox.
+type Found struct {
+	Schema string
+	// Owner and TableOwner are the roles that own the schema and its
+	// messages table.
+	Owner, TableOwner string
+	// Trusted is set when both are trusted owners: only then is the
+	// schema served.
+	Trusted bool
+	// Owners are the trusted owners the search used: Trust.Owners, or its
+	// default.
+	Owners []string
 }
 
 // Discover returns the schemas of pool's database whose name matches the
-// LIKE pattern and that hold a migrated outbox, in name order: the search
-// a fleet runs every DiscoverEvery, for the operator's commands to list
-// the outboxes a pattern stands for. Names that are not valid schema
-// names (outbox.ValidateSchema) are returned too: the caller skips them.
-func Discover(ctx context.Context, pool *pgxpool.Pool, pattern string) ([]string, error) {
-	rows, err := pool.Query(ctx, discoverSQL, pgx.StrictNamedArgs{"match": pattern})
+// LIKE pattern and that hold a migrated outbox, in name order, each with
+// its owners and whether trust lets it be served: the search a fleet runs
+// every DiscoverEvery, for the operator's commands to list the outboxes a
+// pattern stands for. Names that are not valid schema names
+// (outbox.ValidateSchema) are returned too: the caller skips them, as it
+// skips those that are not Trusted.
+func Discover(ctx context.Context, pool *pgxpool.Pool, pattern string, trust Trust) ([]Found, error) {
+	var owners any // null: the default
+	if len(trust.Owners) > 0 {
+		owners = trust.Owners
+	}
+	rows, err := pool.Query(ctx, discoverSQL, pgx.StrictNamedArgs{"match": pattern, "owners": owners, "listed": append([]string{}, trust.Listed...)})
 	if err != nil {
 		return nil, fmt.Errorf("search schemas: %w", err)
 	}
-	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Found])
 	if err != nil {
 		return nil, fmt.Errorf("search schemas: %w", err)
 	}
-	return schemas, nil
+	return found, nil
 }
 
-// listedHere reports whether an entry lists schema.
-func listedHere(entries []Database, schema string) bool {
+// listedSchemas returns the schemas the entries list.
+func listedSchemas(entries []Database) []string {
+	var out []string
 	for _, e := range entries {
 		for _, s := range e.Schemas {
-			if s == schema {
-				return true
+			if !slices.Contains(out, s) {
+				out = append(out, s)
 			}
 		}
 	}
-	return false
+	return out
 }

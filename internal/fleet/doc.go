@@ -8,7 +8,9 @@
 //
 // Each database gets one pool, shared by every outbox in it, and with
 // RELAY_NOTIFY one listening connection (relay.Listener), on which each
-// outbox's relay subscribes to its schema's channel.
+// outbox's relay subscribes to its schema's channel. Each outbox holds at
+// most its fair share of a shared pool at once (share.go), so that
+// outboxes whose statements wait on locks leave the others connections.
 //
 // An outbox runs on its own: it is prepared (migrated, or its version
 // checked), then its relay runs until the fleet stops or the relay fails
@@ -22,10 +24,11 @@
 //
 // A database with a schema pattern is searched again every
 // Config.DiscoverEvery for the schemas that match and hold a migrated
-// outbox (a schema_version and a messages table): a new one is started, and
-// one that is gone (dropped, renamed, its messages table dropped) is
-// stopped, which drains its relay, and its metrics are removed. A search
-// that fails keeps the outboxes it knew.
+// outbox (a schema_version and a messages table) and are owned, with their
+// messages table, by a trusted owner (Trust): a new one is started, and
+// one that is gone (dropped, renamed, its messages table dropped, or its
+// owner no longer trusted) is stopped, which drains its relay, and its
+// metrics are removed. A search that fails keeps the outboxes it knew.
 //
 // Metrics: each outbox has its own relay.Metrics, registered with a schema
 // label, and a tenant label when the tenants are named (Config.Labelled).

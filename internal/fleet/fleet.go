@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -29,6 +30,11 @@ type Database struct {
 	// whose matching schemas that hold a migrated outbox are served too.
 	Schemas []string
 	Match   string
+	// Owners are the roles trusted to own the schemas Match finds: one is
+	// served only when both it and its messages table are owned by one of
+	// them (Trust). Empty: the role the relay connects as and the owners
+	// of the schemas listed for the same database.
+	Owners []string
 	// Mode is the mode of its outboxes; empty for Config.Relay's.
 	Mode outbox.Mode
 }
@@ -53,10 +59,11 @@ type Config struct {
 	// than be retried: for a relay that serves one listed outbox, which
 	// should exit on a configuration it cannot run with.
 	FailFast bool
-	// OpenPool opens a database's pool of at most maxConns connections;
-	// WaitDatabase waits until it answers (logging while it does not);
+	// OpenPool opens a database's pool of at most maxConns connections,
+	// with tracer, when not nil, as its pgx.ConnConfig.Tracer (the bound
+	// on each outbox's share of a shared pool, share.go); WaitDatabase waits until it answers (logging while it does not);
 	// Prepare readies an outbox's schema (migrate, or check its version).
-	OpenPool     func(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error)
+	OpenPool     func(ctx context.Context, url string, maxConns int32, tracer pgx.QueryTracer) (*pgxpool.Pool, error)
 	WaitDatabase func(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error
 	Prepare      func(ctx context.Context, pool *pgxpool.Pool, schema string, log *slog.Logger) error
 	// Logger receives the fleet's and the relays' logs.
@@ -65,7 +72,9 @@ type Config struct {
 
 // sharedPoolSize is the pool of a database that serves several outboxes
 // or a pattern: relay.PoolSize lets one busy outbox work at full speed,
-// and the rest is left to the others, whose idle queries are short.
+// and the rest is left to the others, whose idle queries are short. Each
+// outbox holds at most its fair share of it at once (share.go), so that
+// outboxes whose statements wait on locks leave connections to the others.
 const sharedPoolSize = 2 * relay.PoolSize
 
 // errDraining is Ready's answer once the fleet is stopping.
@@ -88,6 +97,9 @@ type Fleet struct {
 	failed chan error
 	// draining is set once Run stops its outboxes: the fleet is not ready.
 	draining atomic.Bool
+	// shares bound each outbox's share of its database's pool, for the
+	// databases whose pool several outboxes share, by URL.
+	shares map[string]*shares
 }
 
 // outboxKey names an outbox: its database and schema.
@@ -112,7 +124,7 @@ type outboxRun struct {
 func New(cfg Config) *Fleet {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	f := &Fleet{cfg: cfg, log: cfg.Logger, outboxes: map[outboxKey]*outboxRun{}, searching: map[string]bool{},
-		failed: make(chan error, 1)}
+		failed: make(chan error, 1), shares: map[string]*shares{}}
 	// Until its database answers, an outbox says so on /readyz.
 	waiting := errors.New("starting: waiting for the database")
 	for _, d := range cfg.Databases {
@@ -177,10 +189,16 @@ func (f *Fleet) runDatabase(ctx context.Context, url string, entries []Database)
 		matching = matching || d.Match != ""
 	}
 	size := int32(relay.PoolSize)
+	var tracer pgx.QueryTracer
 	if listed > 1 || matching {
 		size = sharedPoolSize
+		sh := newShares(sharedPoolSize)
+		f.mu.Lock()
+		f.shares[url] = sh
+		f.mu.Unlock()
+		tracer = sh
 	}
-	pool, err := f.cfg.OpenPool(ctx, url, size)
+	pool, err := f.cfg.OpenPool(ctx, url, size, tracer)
 	if err != nil {
 		// Checked before Run: a pool that cannot be opened is a
 		// configuration error.
@@ -248,10 +266,18 @@ func (f *Fleet) start(ctx context.Context, pool *pgxpool.Pool, listener *relay.L
 	if ob.done != nil {
 		return
 	}
+	f.mu.Lock()
+	sh := f.shares[url]
+	f.mu.Unlock()
+	leave := func() {}
+	if sh != nil {
+		ctx, leave = sh.join(ctx)
+	}
 	obCtx, stop := context.WithCancel(ctx)
 	ob.stop, ob.done = stop, make(chan struct{})
 	go func() {
 		defer close(ob.done)
+		defer leave()
 		f.runOutbox(obCtx, pool, listener, d, ob)
 	}()
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -52,12 +53,13 @@ func startFleet(t *testing.T, srv *natstest.Server, dbs []fleet.Database, tweak 
 		Registerer:    reg,
 		Labelled:      true,
 		DiscoverEvery: 200 * time.Millisecond,
-		OpenPool: func(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+		OpenPool: func(ctx context.Context, url string, maxConns int32, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
 			pc, err := pgxpool.ParseConfig(url)
 			if err != nil {
 				return nil, err
 			}
 			pc.MaxConns = maxConns
+			pc.ConnConfig.Tracer = tracer
 			return pgxpool.NewWithConfig(ctx, pc)
 		},
 		WaitDatabase: func(ctx context.Context, pool *pgxpool.Pool, _ *slog.Logger) error { return pool.Ping(ctx) },

@@ -45,6 +45,7 @@ var allowed = []struct {
 	{"internal/relaytest", []string{"internal/dbtest", "internal/natstest", "internal/waitfor"}},
 	{"internal/webhooktest", []string{"sinks/sinktest"}},
 	{"internal/waitfor", nil},
+	{"internal/yardstick", nil},
 	{"examples", nil}, // its tests check the docs against the examples
 	{"examples/...", []string{"outbox"}},
 	{"internal/layering", nil},
@@ -69,6 +70,7 @@ var testOnly = []string{
 	module + "/internal/waitfor",
 	module + "/sinks/sinktest",
 	module + "/internal/benchcmp",
+	module + "/internal/yardstick",
 }
 
 func goList(t *testing.T, args ...string) []byte {

@@ -190,6 +190,9 @@ func (s *Server) Messages(t testing.TB, stream string) []*nats.Msg {
 	if err != nil {
 		t.Fatalf("read stream %s: %v", stream, err)
 	}
+	// Tests that poll the stream would otherwise leave a consumer behind
+	// per call, up to the server's limit.
+	defer func() { _ = st.DeleteConsumer(context.Background(), cons.CachedInfo().Name) }()
 	msgs := make([]*nats.Msg, 0, want)
 	for len(msgs) < want {
 		if ctx.Err() != nil {

@@ -2,12 +2,14 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
@@ -145,7 +147,7 @@ type RetryDeadOptions struct {
 }
 
 // RetryDeadResult says what RetryDead did, or would do in a dry run.
-// Matched = Retried + SkippedPending + SkippedDelivered.
+// Matched = Retried + SkippedPending + SkippedDelivered + len(Refused).
 type RetryDeadResult struct {
 	DryRun  bool  `json:"dry_run"`
 	Matched int64 `json:"matched"`
@@ -162,6 +164,21 @@ type RetryDeadResult struct {
 	// without sending it. DeliveredIDs lists them.
 	SkippedDelivered int64   `json:"skipped_delivered"`
 	DeliveredIDs     []int64 `json:"delivered_ids"`
+	// Refused dead letters stayed because the hot table would not take
+	// them back: its insert guard (or a constraint or trigger) refuses a
+	// value they hold, like headers over the budget. Each is named with
+	// the refusal; fix or purge them. A dry run does not insert, so it
+	// finds none.
+	Refused []RefusedDeadLetter `json:"refused,omitempty"`
+}
+
+// RefusedDeadLetter is a dead letter RetryDead left in place because the
+// hot table refused it.
+type RefusedDeadLetter struct {
+	ID int64 `json:"id"`
+	// Reason is PostgreSQL's refusal, like "outbox: headers must be at
+	// most 16384 bytes of JSON, not 20012".
+	Reason string `json:"reason"`
 }
 
 // RetryDead moves the dead letters opts selects back to the hot table: each
@@ -174,7 +191,10 @@ type RetryDeadResult struct {
 // its key inserted since.
 //
 // Dead letters whose idempotency key is pending or was delivered are left
-// where they are and counted. It returns ErrNoFilter when opts selects
+// where they are and counted. Dead letters the hot table refuses (its
+// insert guard refuses a value one holds, like headers over the budget)
+// are left where they are and listed in Refused, each with the refusal;
+// the others are retried. It returns ErrNoFilter when opts selects
 // nothing and All is not set.
 func (a *Admin) RetryDead(ctx context.Context, opts RetryDeadOptions) (RetryDeadResult, error) {
 	res := RetryDeadResult{DryRun: opts.DryRun}
@@ -184,27 +204,122 @@ func (a *Admin) RetryDead(ctx context.Context, opts RetryDeadOptions) (RetryDead
 	if !opts.selects() && !opts.All {
 		return res, fmt.Errorf("retry dead letters: %w (set All to retry every dead letter)", ErrNoFilter)
 	}
-	q := queryDeadLettersRetry
-	if opts.DryRun {
-		q = queryDeadLettersRetryDry
-	}
 	err := inTx(ctx, a.db, mutation(opts.DryRun), func(tx pgx.Tx) error {
-		args := opts.args()
-		if !opts.DryRun {
-			args = append(args, nullString(opts.SetTopic), nullString(opts.SetDestination))
+		if opts.DryRun {
+			err := tx.QueryRow(ctx, a.sql(queryDeadLettersRetryDry), opts.args()...).Scan(&res.Matched, &res.Retried, &res.DeliveredIDs)
+			if err != nil {
+				return fmt.Errorf("retry dead letters: %w", err)
+			}
+			return nil
 		}
-		err := tx.QueryRow(ctx, a.sql(q), args...).Scan(&res.Matched, &res.Retried, &res.DeliveredIDs)
-		if err != nil {
+		// All at once; when the hot table refuses one of them, the whole
+		// statement fails, and they go one at a time to find which.
+		m, err := a.retryDeadMove(ctx, tx, opts.DeadFilter, opts)
+		if err == nil {
+			res.Matched, res.Retried, res.DeliveredIDs = m.matched, m.retried, m.delivered
+			return nil
+		}
+		if _, ok := refusal(err); !ok {
 			return fmt.Errorf("retry dead letters: %w", err)
 		}
-		return nil
+		return a.retryDeadEach(ctx, tx, opts, &res)
 	})
 	if err != nil {
 		return RetryDeadResult{DryRun: opts.DryRun}, err
 	}
 	res.SkippedDelivered = int64(len(res.DeliveredIDs))
-	res.SkippedPending = res.Matched - res.Retried - res.SkippedDelivered
+	res.SkippedPending = res.Matched - res.Retried - res.SkippedDelivered - int64(len(res.Refused))
 	return res, nil
+}
+
+// retryDeadMoved is what one queryDeadLettersRetry did.
+type retryDeadMoved struct {
+	matched, retried int64
+	delivered        []int64
+}
+
+// retryDeadMove runs queryDeadLettersRetry for the dead letters f selects,
+// re-routed as opts says, in a savepoint of tx: when it fails, tx goes on
+// as before it.
+func (a *Admin) retryDeadMove(ctx context.Context, tx pgx.Tx, f DeadFilter, opts RetryDeadOptions) (retryDeadMoved, error) {
+	var m retryDeadMoved
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return m, fmt.Errorf("savepoint: %w", err)
+	}
+	defer func() { _ = sp.Rollback(context.WithoutCancel(ctx)) }()
+	args := append(f.args(), nullString(opts.SetTopic), nullString(opts.SetDestination))
+	if err := sp.QueryRow(ctx, a.sql(queryDeadLettersRetry), args...).Scan(&m.matched, &m.retried, &m.delivered); err != nil {
+		return retryDeadMoved{}, err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return retryDeadMoved{}, fmt.Errorf("release savepoint: %w", err)
+	}
+	return m, nil
+}
+
+// retryDeadEach retries the dead letters opts selects one at a time, in
+// the order a retry of all of them inserts them, and notes in res those
+// the hot table refuses, with the refusal.
+func (a *Admin) retryDeadEach(ctx context.Context, tx pgx.Tx, opts RetryDeadOptions, res *RetryDeadResult) error {
+	rows, err := tx.Query(ctx, a.sql(queryDeadLettersRetryJudged), opts.args()...)
+	if err != nil {
+		return fmt.Errorf("judge dead letters: %w", err)
+	}
+	type judged struct {
+		id      int64
+		verdict string
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (judged, error) {
+		var j judged
+		return j, r.Scan(&j.id, &j.verdict)
+	})
+	if err != nil {
+		return fmt.Errorf("judge dead letters: %w", err)
+	}
+	res.Matched = int64(len(all))
+	for _, j := range all {
+		switch j.verdict {
+		case "delivered":
+			res.DeliveredIDs = append(res.DeliveredIDs, j.id)
+			continue
+		case "pending":
+			continue
+		}
+		m, err := a.retryDeadMove(ctx, tx, DeadFilter{IDs: []int64{j.id}}, opts)
+		if err != nil {
+			reason, ok := refusal(err)
+			if !ok {
+				return fmt.Errorf("retry dead letter %d: %w", j.id, err)
+			}
+			res.Refused = append(res.Refused, RefusedDeadLetter{ID: j.id, Reason: reason})
+			continue
+		}
+		res.Retried += m.retried
+		res.DeliveredIDs = append(res.DeliveredIDs, m.delivered...)
+	}
+	return nil
+}
+
+// refusal returns PostgreSQL's message when err is the database refusing a
+// row for what it holds (the insert guard's RAISE, a constraint, a value
+// out of range or too large for an index), rather than failing for every
+// row; ok is false otherwise.
+func refusal(err error) (reason string, ok bool) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return "", false
+	}
+	switch pgErr.Code[:2] {
+	case "09", // triggered action exception
+		"22", // data exception
+		"23", // integrity constraint violation: the guard's check_violation
+		"27", // triggered data change violation
+		"54", // program limit exceeded: an index row too large
+		"P0": // PL/pgSQL: RAISE EXCEPTION in a trigger
+		return pgErr.Message, true
+	}
+	return "", false
 }
 
 // PurgeDeadOptions selects the dead letters to delete.

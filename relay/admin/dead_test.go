@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/admin"
@@ -350,5 +352,49 @@ func TestTopicPatternMatchingEverythingIsNoFilter(t *testing.T) {
 	res, err := a.PurgeDead(ctx, admin.PurgeDeadOptions{DeadFilter: admin.DeadFilter{Topic: "%", All: true}})
 	if err != nil || res.Purged != 1 {
 		t.Errorf("purge --topic %% --all: %+v, %v; want 1 purged", res, err)
+	}
+}
+
+// A dead letter the hot table refuses back (headers over the insert
+// guard's budget: it was dead-lettered for them, or written before the
+// budget) stays, named by id with the refusal; the others are retried, in
+// the order a retry of all of them inserts them.
+func TestRetryDead_TheHotTableRefusingOneRetriesTheOthersAndNamesIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	first := insertDead(t, db, "orders.created", "order-1", "k1", "permanent", "boom")
+	big := insertDead(t, db, "orders.created", "order-1", "k2", "permanent", "headers over the budget")
+	db.Exec(t, `UPDATE %s.dead_letters SET headers = jsonb_build_object('x-big', repeat('x', 20000)) WHERE id = $1`, big)
+	pending := insertDead(t, db, "orders.created", "order-3", "k3", "permanent", "boom")
+	insertPending(t, db, "orders.created", "order-3", "k3")
+	last := insertDead(t, db, "orders.created", "order-1", "k4", "permanent", "boom")
+
+	res, err := ops(t, db).RetryDead(ctx, admin.RetryDeadOptions{DeadFilter: admin.DeadFilter{All: true}})
+	if err != nil {
+		t.Fatalf("retry: %v, want the others retried and %d named", err, big)
+	}
+	want := admin.RetryDeadResult{Matched: 4, Retried: 2, SkippedPending: 1}
+	if !equalRetry(res, want) || len(res.Refused) != 1 || res.Refused[0].ID != big ||
+		!strings.Contains(res.Refused[0].Reason, "headers must be at most 16384 bytes") {
+		t.Errorf("retry: %+v\nwant %+v and dead letter %d refused for its headers", res, want, big)
+	}
+	var left []int64
+	for _, l := range mustList(t, db, admin.DeadFilter{}).Letters {
+		left = append(left, l.ID)
+	}
+	if !slices.Equal(left, []int64{big, pending}) {
+		t.Errorf("dead letters left: %v, want %d (refused) and %d (pending); %d and %d retried", left, big, pending, first, last)
+	}
+	rows, err := db.Pool.Query(ctx, `SELECT idempotency_key FROM `+db.Table("messages")+` WHERE idempotency_key <> 'k3' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(keys, []string{"k1", "k4"}) {
+		t.Errorf("retried keys in insert order: %v, want k1, k4", keys)
 	}
 }

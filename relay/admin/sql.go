@@ -275,6 +275,16 @@ SELECT count(*),
        coalesce(array_agg(id ORDER BY id) FILTER (WHERE verdict = 'delivered'), '{}')
   FROM judged`
 
+// queryDeadLettersRetryJudged locks the matching dead letters and returns
+// queryDeadLettersRetry's verdict on each ('retry', 'pending' or
+// 'delivered'), by id: the order in which it inserts them. A retry whose
+// statement the hot table refuses moves them one at a time from this.
+const queryDeadLettersRetryJudged = `
+WITH picked AS (
+    SELECT d.id, d.idempotency_key` + deadLettersMatch + `
+       FOR UPDATE SKIP LOCKED` + deadLettersJudge + `
+SELECT id, verdict FROM judged ORDER BY id`
+
 // queryDeadLettersRetryDry is queryDeadLettersRetry's judgement without the
 // move, for dry runs: matched, would move, delivered ids.
 const queryDeadLettersRetryDry = `

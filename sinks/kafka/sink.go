@@ -277,7 +277,7 @@ func (s *Sink) record(m *sinks.Message) (*kgo.Record, error) {
 	if err := ValidateTopic(topic); err != nil {
 		return nil, sinks.Permanent(err)
 	}
-	if err := sinks.CheckHeaderBudget(m); err != nil {
+	if err := sinks.CheckMessage(m); err != nil {
 		return nil, err
 	}
 	value := m.Payload

@@ -22,18 +22,26 @@ const prefix = "test."
 // topic is the Kafka topic the suite's messages go to.
 const topic = prefix + sinktest.Topic
 
+// harness makes the sinks the conformance and hostile-row suites run against.
+var harness = sinktest.Harness{
+	New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
+		c := kafkatest.Start(t)
+		c.CreateTopic(t, topic, 3)
+		return newSink(t, c, nil), &destination{c: c}
+	},
+	Reject: func(m *sinks.Message) { m.Topic = "sinktest/refused" },
+	// Kafka keeps both copies of a message sent twice: its idempotent
+	// producer drops only the client's own resends.
+	Features: sinktest.Features{Headers: true, DedupsByKey: false, Outage: true},
+}
+
 func TestSink_Conformance(t *testing.T) {
-	sinktest.Run(t, sinktest.Harness{
-		New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
-			c := kafkatest.Start(t)
-			c.CreateTopic(t, topic, 3)
-			return newSink(t, c, nil), &destination{c: c}
-		},
-		Reject: func(m *sinks.Message) { m.Topic = "sinktest/refused" },
-		// Kafka keeps both copies of a message sent twice: its idempotent
-		// producer drops only the client's own resends.
-		Features: sinktest.Features{Headers: true, DedupsByKey: false, Outage: true},
-	})
+	sinktest.Run(t, harness)
+}
+
+func TestSink_HostileRows(t *testing.T) {
+	t.Parallel()
+	sinktest.RunHostile(t, harness)
 }
 
 // destination is the suite's topic as the suite sees it.

@@ -106,14 +106,15 @@ func (c *connState) failed(err error) {
 	c.report(err, reason, "cannot connect to NATS; retrying")
 }
 
-// closed records that the client gave up for good, with its last error.
+// closed records that the client gave up for good, with its last error:
+// the sink makes a new one (renew).
 func (c *connState) closed(err error) {
 	reason := "connection closed"
 	if err != nil {
 		reason += ": " + describe(err)
 	}
 	c.setDown(reason)
-	c.log.Error("the NATS connection is closed and will not reconnect; restart the relay", "err", reason)
+	c.log.Error("the NATS client closed the connection for good; connecting again with a new client", "err", reason)
 }
 
 // serverError records an error the server reported outside of connecting:
@@ -272,7 +273,7 @@ func loud(err error) bool {
 // attempts that fail after the TCP connection is made (a refused
 // handshake): the client reports those through no callback, only as its
 // last error when it goes back from CONNECTING to RECONNECTING.
-func (s *Sink) watch(ch chan nats.Status) {
+func (s *Sink) watch(nc *nats.Conn, ch chan nats.Status) {
 	connecting := false
 	for st := range ch {
 		switch st {
@@ -281,7 +282,7 @@ func (s *Sink) watch(ch chan nats.Status) {
 			continue
 		case nats.RECONNECTING:
 			if connecting {
-				if err := s.nc.LastError(); err != nil {
+				if err := nc.LastError(); err != nil {
 					s.state.failed(err)
 				}
 			}

@@ -42,6 +42,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -115,13 +116,20 @@ type Config struct {
 
 // Sink publishes to NATS. It is safe for concurrent use.
 type Sink struct {
-	cfg     Config
-	nc      *nats.Conn
-	js      jetstream.JetStream // nil for core NATS
+	cfg Config
+	// conn is the current client; renew replaces it when the client closes
+	// for good (client.go).
+	conn    atomic.Pointer[client]
+	opts    []nats.Option // every client's options
 	log     *slog.Logger
 	state   *connState
-	status  chan nats.Status // the watcher's status events
-	closing atomic.Bool      // Close was called: the connection's end is ours
+	closing atomic.Bool   // Close was called: the connection's end is ours
+	done    chan struct{} // closed by Close: a renewal stops waiting
+	mu      sync.Mutex    // orders a renewal's new client with Close
+	// isolateMu makes isolations take turns (isolate).
+	isolateMu sync.Mutex
+	// renewals counts the clients made to replace a closed one.
+	renewals atomic.Int64
 	// traceAttrs are TraceAttributes' answer.
 	traceAttrs []attribute.KeyValue
 }
@@ -156,9 +164,9 @@ func New(cfg Config) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("NATS config: %w", err)
 	}
-	s := &Sink{cfg: cfg, log: log, state: newConnState(log), traceAttrs: traceAttributes(cfg.URL)}
+	s := &Sink{cfg: cfg, log: log, state: newConnState(log), done: make(chan struct{}), traceAttrs: traceAttributes(cfg.URL)}
 
-	opts := append([]nats.Option{
+	s.opts = append([]nats.Option{
 		nats.Name(cfg.ClientName),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
@@ -180,37 +188,25 @@ func New(cfg Config) (*Sink, error) {
 		// that fails before the server answers (connection refused).
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { s.state.failed(err) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { s.state.serverError(err) }),
-		nats.ClosedHandler(func(nc *nats.Conn) {
-			if !s.closing.Load() {
-				s.state.closed(nc.LastError())
-			}
-		}),
+		nats.ClosedHandler(func(nc *nats.Conn) { s.clientClosed(nc) }),
 	}, security...)
-	nc, err := nats.Connect(cfg.URL, opts...)
+	c, err := s.dial()
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS %s: %w", Redact(cfg.URL), err)
+		return nil, err
 	}
-	s.nc = nc
-	s.status = nc.StatusChanged(nats.CONNECTING, nats.RECONNECTING, nats.CONNECTED, nats.CLOSED)
-	go s.watch(s.status)
-	if cfg.JetStream {
-		js, err := jetstream.New(nc,
-			jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
-			jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
-		)
-		if err != nil {
-			nc.Close()
-			return nil, fmt.Errorf("open JetStream: %w", err)
-		}
-		s.js = js
-	}
+	s.conn.Store(c)
 	return s, nil
 }
 
-// Deliver publishes msgs and reports one outcome per message.
+// Deliver publishes msgs and reports one outcome per message. When the
+// client closes for good during the batch (the server closed the
+// connection over something it was sent), the messages it failed are sent
+// again one at a time on the new client (isolate): one that closes the
+// connection on its own is refused as permanent, and the others go.
 func (s *Sink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
 	errs := make([]error, len(msgs))
-	if !s.nc.IsConnected() {
+	c := s.conn.Load()
+	if !c.nc.IsConnected() {
 		if err := s.state.available(); err != nil {
 			return sinks.Fill(errs, err)
 		}
@@ -219,21 +215,30 @@ func (s *Sink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
 	if err := ctx.Err(); err != nil {
 		return sinks.Fill(errs, fmt.Errorf("%w: %w", sinks.ErrNotAttempted, err))
 	}
-	if s.js == nil {
-		return s.deliverCore(ctx, msgs, errs)
+	errs = s.deliverOn(ctx, c, msgs, errs)
+	if c.isGone() && !s.closing.Load() {
+		s.isolate(ctx, c, msgs, errs)
 	}
-	return s.deliverJetStream(ctx, msgs, errs)
+	return errs
 }
 
-func (s *Sink) deliverJetStream(ctx context.Context, msgs []sinks.Message, errs []error) []error {
+// deliverOn publishes msgs with client c.
+func (s *Sink) deliverOn(ctx context.Context, c *client, msgs []sinks.Message, errs []error) []error {
+	if c.js == nil {
+		return s.deliverCore(ctx, c, msgs, errs)
+	}
+	return s.deliverJetStream(ctx, c, msgs, errs)
+}
+
+func (s *Sink) deliverJetStream(ctx context.Context, c *client, msgs []sinks.Message, errs []error) []error {
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i := range msgs {
-		m, err := s.natsMsg(&msgs[i])
+		m, err := s.natsMsg(c, &msgs[i])
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		f, err := s.js.PublishMsgAsync(m)
+		f, err := c.js.PublishMsgAsync(m)
 		if err != nil {
 			errs[i] = classify(fmt.Errorf("publish: %w", err))
 			continue
@@ -248,6 +253,14 @@ func (s *Sink) deliverJetStream(ctx context.Context, msgs []sinks.Message, errs 
 		case <-f.Ok():
 		case err := <-f.Err():
 			errs[i] = classify(fmt.Errorf("await ack: %w", err))
+		case <-c.gone:
+			// The client closed for good: no ack will come.
+			for j := i; j < len(futures); j++ {
+				if futures[j] != nil {
+					errs[j] = fmt.Errorf("await ack: %w", errClientGone)
+				}
+			}
+			return errs
 		case <-ctx.Done():
 			// The ack may still come, but the lease no longer covers it:
 			// report this and every later message as not delivered.
@@ -262,15 +275,15 @@ func (s *Sink) deliverJetStream(ctx context.Context, msgs []sinks.Message, errs 
 	return errs
 }
 
-func (s *Sink) deliverCore(ctx context.Context, msgs []sinks.Message, errs []error) []error {
+func (s *Sink) deliverCore(ctx context.Context, c *client, msgs []sinks.Message, errs []error) []error {
 	published := false
 	for i := range msgs {
-		m, err := s.natsMsg(&msgs[i])
+		m, err := s.natsMsg(c, &msgs[i])
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		if err := s.nc.PublishMsg(m); err != nil {
+		if err := c.nc.PublishMsg(m); err != nil {
 			errs[i] = classify(fmt.Errorf("publish: %w", err))
 			continue
 		}
@@ -285,7 +298,7 @@ func (s *Sink) deliverCore(ctx context.Context, msgs []sinks.Message, errs []err
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.AckTimeout)
 		defer cancel()
 	}
-	if err := s.nc.FlushWithContext(ctx); err != nil {
+	if err := c.nc.FlushWithContext(ctx); err != nil {
 		err = fmt.Errorf("flush: %w", err)
 		for i := range errs {
 			if errs[i] == nil {
@@ -300,12 +313,12 @@ func (s *Sink) deliverCore(ctx context.Context, msgs []sinks.Message, errs []err
 // idempotency key, refusing what the server can never accept: an invalid
 // subject, headers over the relay's header budget, headers and payload
 // together over the server's max_payload.
-func (s *Sink) natsMsg(m *sinks.Message) (*nats.Msg, error) {
+func (s *Sink) natsMsg(c *client, m *sinks.Message) (*nats.Msg, error) {
 	subject := s.cfg.SubjectPrefix + m.Topic
 	if err := ValidateSubject(subject); err != nil {
 		return nil, sinks.Permanent(err)
 	}
-	if err := sinks.CheckHeaderBudget(m); err != nil {
+	if err := sinks.CheckMessage(m); err != nil {
 		return nil, err
 	}
 	msg := &nats.Msg{Subject: subject, Data: m.Payload, Header: make(nats.Header, len(m.Headers)+1)}
@@ -320,7 +333,7 @@ func (s *Sink) natsMsg(m *sinks.Message) (*nats.Msg, error) {
 		msg.Header[k] = []string{v}
 	}
 	msg.Header[jetstream.MsgIDHeader] = []string{m.IdempotencyKey}
-	if max := s.nc.MaxPayload(); max > 0 {
+	if max := c.nc.MaxPayload(); max > 0 {
 		if size := int64(len(m.Payload) + headerSize(msg.Header)); size > max {
 			return nil, sinks.Permanent(&sinks.LimitError{What: "message (payload and headers)", Size: size, Limit: "the NATS server's max_payload", Max: max})
 		}
@@ -356,15 +369,19 @@ func (s *Sink) Available() error {
 
 // Close flushes and closes the connection.
 func (s *Sink) Close() error {
+	s.mu.Lock()
 	if s.closing.Swap(true) {
+		s.mu.Unlock()
 		return nil
 	}
-	if s.nc.IsConnected() {
-		_ = s.nc.FlushTimeout(time.Second)
+	close(s.done)
+	c := s.conn.Load()
+	s.mu.Unlock()
+	if c.nc.IsConnected() {
+		_ = c.nc.FlushTimeout(time.Second)
 	}
 	s.state.close()
-	s.nc.Close()
-	s.nc.RemoveStatusListener(s.status)
+	c.close()
 	return nil
 }
 

@@ -25,35 +25,51 @@ const (
 	stream = "SINKTEST"
 )
 
+// harnessJetStream makes the sinks the conformance and hostile-row suites run against.
+var harnessJetStream = sinktest.Harness{
+	New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
+		srv := natstest.Start(t)
+		srv.CreateStream(t, stream, prefix+">")
+		return newSink(t, srv, true), &streamDestination{srv: srv}
+	},
+	Reject:   rejectBySubject,
+	Features: sinktest.Features{Headers: true, DedupsByKey: true, Outage: true, EveryTopic: true},
+}
+
 func TestSink_ConformanceJetStream(t *testing.T) {
-	sinktest.Run(t, sinktest.Harness{
-		New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
-			srv := natstest.Start(t)
-			srv.CreateStream(t, stream, prefix+">")
-			return newSink(t, srv, true), &streamDestination{srv: srv}
-		},
-		Reject:   rejectBySubject,
-		Features: sinktest.Features{Headers: true, DedupsByKey: true, Outage: true},
-	})
+	sinktest.Run(t, harnessJetStream)
+}
+
+func TestSink_HostileRowsJetStream(t *testing.T) {
+	t.Parallel()
+	sinktest.RunHostile(t, harnessJetStream)
+}
+
+// harnessCore makes the sinks the conformance and hostile-row suites run against.
+var harnessCore = sinktest.Harness{
+	New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
+		srv := natstest.Start(t)
+		d := &subscriberDestination{srv: srv}
+		nc := srv.Connect(t)
+		if _, err := nc.Subscribe(prefix+">", d.add); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		return newSink(t, srv, false), d
+	},
+	Reject:   rejectBySubject,
+	Features: sinktest.Features{Headers: true, Outage: true, EveryTopic: true},
 }
 
 func TestSink_ConformanceCore(t *testing.T) {
-	sinktest.Run(t, sinktest.Harness{
-		New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
-			srv := natstest.Start(t)
-			d := &subscriberDestination{srv: srv}
-			nc := srv.Connect(t)
-			if _, err := nc.Subscribe(prefix+">", d.add); err != nil {
-				t.Fatal(err)
-			}
-			if err := nc.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			return newSink(t, srv, false), d
-		},
-		Reject:   rejectBySubject,
-		Features: sinktest.Features{Headers: true, Outage: true},
-	})
+	sinktest.Run(t, harnessCore)
+}
+
+func TestSink_HostileRowsCore(t *testing.T) {
+	t.Parallel()
+	sinktest.RunHostile(t, harnessCore)
 }
 
 // rejectBySubject gives m a topic no NATS server can take.

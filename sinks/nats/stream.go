@@ -27,7 +27,7 @@ const minStreamDuplicates = 2 * time.Minute
 // Config.DuplicateWindow. Without a prefix it cannot tell which stream
 // captures the topics and reports nothing. Core NATS has nothing to check.
 func (s *Sink) CheckStartup(ctx context.Context) ([]sinks.Problem, error) {
-	if s.js == nil {
+	if !s.cfg.JetStream {
 		return nil, nil
 	}
 	if s.cfg.Stream != "" {
@@ -70,27 +70,28 @@ func (s *Sink) CheckStartup(ctx context.Context) ([]sinks.Problem, error) {
 // it blocks until NATS is reachable or ctx ends. It is meant for quick starts
 // and demos (NATS_STREAM); production streams are the operator's to manage.
 func (s *Sink) EnsureStream(ctx context.Context, name, prefix string, duplicates time.Duration) error {
-	if s.js == nil {
+	if !s.cfg.JetStream {
 		return errors.New("ensure stream: core NATS (NATS_JETSTREAM=false) has no streams")
 	}
 	if prefix == "" {
 		return errors.New("ensure stream: a subject prefix is required, so that the stream does not capture every subject")
 	}
-	for !s.nc.IsConnected() {
+	c := s.conn.Load()
+	for !c.nc.IsConnected() {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("ensure stream %s: %w", name, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	_, err := s.js.Stream(ctx, name)
+	_, err := c.js.Stream(ctx, name)
 	if err == nil {
 		return nil
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("look up stream %s: %w", name, err)
 	}
-	_, err = s.js.CreateStream(ctx, jetstream.StreamConfig{
+	_, err = c.js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:       name,
 		Subjects:   []string{prefix + ">"},
 		Storage:    jetstream.FileStorage,
@@ -117,24 +118,25 @@ type StreamCheck struct {
 // wildcard such as "events.>") and its duplicate window. It waits for the
 // connection, so it blocks until NATS is reachable or ctx ends.
 func (s *Sink) CheckStream(ctx context.Context, subject string) (StreamCheck, error) {
-	if s.js == nil {
+	if !s.cfg.JetStream {
 		return StreamCheck{}, errors.New("check stream: core NATS has no streams")
 	}
-	for !s.nc.IsConnected() {
+	c := s.conn.Load()
+	for !c.nc.IsConnected() {
 		select {
 		case <-ctx.Done():
 			return StreamCheck{}, fmt.Errorf("check stream for %s: %w", subject, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	name, err := s.js.StreamNameBySubject(ctx, subject)
+	name, err := c.js.StreamNameBySubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return StreamCheck{}, nil
 	}
 	if err != nil {
 		return StreamCheck{}, fmt.Errorf("find the stream for %s: %w", subject, err)
 	}
-	st, err := s.js.Stream(ctx, name)
+	st, err := c.js.Stream(ctx, name)
 	if err != nil {
 		return StreamCheck{}, fmt.Errorf("read stream %s: %w", name, err)
 	}

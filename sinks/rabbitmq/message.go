@@ -59,7 +59,7 @@ func (s *Sink) prepare(m *sinks.Message, c *connection) (*publish, error) {
 	if len(m.IdempotencyKey) > maxShortstr {
 		return nil, sinks.Permanent(fmt.Errorf("idempotency key of %d bytes cannot be an AMQP message_id (at most %d bytes)", len(m.IdempotencyKey), maxShortstr))
 	}
-	if err := sinks.CheckHeaderBudget(m); err != nil {
+	if err := sinks.CheckMessage(m); err != nil {
 		return nil, err
 	}
 	if err := s.checkBody(len(m.Payload), c); err != nil {

@@ -25,17 +25,25 @@ import (
 // queue is the queue the tests bind to amq.topic.
 const queue = "events"
 
+// harness makes the sinks the conformance and hostile-row suites run against.
+var harness = sinktest.Harness{
+	New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
+		v := rabbitmqtest.New(t)
+		v.BindQueue(t, queue, rabbitmq.ExchangeDefault, sinktest.Topic, nil)
+		return newSink(t, v, nil), &queueDestination{v: v, queue: queue}
+	},
+	// No broker takes a routing key over 255 bytes.
+	Reject:   func(m *sinks.Message) { m.Topic = strings.Repeat("r", 256) },
+	Features: sinktest.Features{Headers: true, DedupsByKey: false, Outage: true},
+}
+
 func TestSink_Conformance(t *testing.T) {
-	sinktest.Run(t, sinktest.Harness{
-		New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
-			v := rabbitmqtest.New(t)
-			v.BindQueue(t, queue, rabbitmq.ExchangeDefault, sinktest.Topic, nil)
-			return newSink(t, v, nil), &queueDestination{v: v, queue: queue}
-		},
-		// No broker takes a routing key over 255 bytes.
-		Reject:   func(m *sinks.Message) { m.Topic = strings.Repeat("r", 256) },
-		Features: sinktest.Features{Headers: true, DedupsByKey: false, Outage: true},
-	})
+	sinktest.Run(t, harness)
+}
+
+func TestSink_HostileRows(t *testing.T) {
+	t.Parallel()
+	sinktest.RunHostile(t, harness)
 }
 
 // queueDestination is a queue as the suite sees it; Break deletes the

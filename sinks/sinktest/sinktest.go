@@ -42,6 +42,11 @@ type Features struct {
 	// suite can check that nothing is reported delivered while the
 	// destination accepts nothing.
 	Outage bool
+	// EveryTopic is set when the Destination sees every topic under Topic
+	// (a stream or subscription capturing the prefix, one webhook URL):
+	// the hostile-row suite then checks that a hostile topic reported
+	// delivered arrived as sent.
+	EveryTopic bool
 }
 
 // Destination is the far end of a sink, as the suite observes it.

@@ -36,7 +36,7 @@
 // # Outcomes
 //
 //	2xx                                      delivered
-//	400 410 413 415 422                      permanent: dead-lettered at once, with the
+//	400 410 413 415 422 431                  permanent: dead-lettered at once, with the
 //	                                         status and the start of the response body
 //	401 403 404                              transient: retried with backoff
 //	408 425 429 5xx, other 4xx               transient: retried with backoff
@@ -44,6 +44,7 @@
 //	timeout, connection error                transient
 //	failed TLS handshake                     transient (and logged at error level)
 //	context ended during the request         transient (never delivered)
+//	failed during an outage (see Pauses)     not attempted (sinks.ErrNotAttempted)
 //
 // Redirects are not followed, so that a signed payload never goes to a URL
 // the operator did not configure (and a 301/302 would turn the POST into a
@@ -63,24 +64,45 @@
 //
 // # Pauses
 //
-// A Retry-After header on a transient response (delta-seconds or an
-// HTTP-date, clamped to [0, Config.MaxRetryAfter]) makes that message's error
-// carry the delay (sinks.RetryAfter): that message (and, in ordered mode, its
-// key) waits, others go on. Only when at least half of the last 20 responses
-// (and at least 10) asked to retry later — a rate limit on the whole
-// endpoint — does the whole sink pause until the last one's time. While paused,
-// Available returns an error, so the relay claims nothing for the sink, and
-// Deliver sends nothing, reporting every message as not attempted
-// (sinks.ErrNotAttempted), which puts rows back without spending attempts.
+// The sink tells a message's own failure from an outage of the endpoint by
+// what happens to every request rather than to one (pause.go):
 //
-// A small circuit breaker does the same for an endpoint that does not answer
-// at all: after 5 consecutive connection errors or timeouts the sink pauses
-// for 1s; while the first request after a pause fails the same way, the next
-// pause doubles, up to 30s. Any response, whatever its status, closes the
-// breaker. A dead endpoint thus costs the requests started right after each
-// pause (at most Config.Concurrency) instead of an attempt of every row, and
-// is used again within 30s of coming back. A request interrupted by its
-// caller's context does not count.
+//   - The endpoint is down when 5 requests in a row get no response (a
+//     connection error, a failed TLS handshake, a timeout) or a 5xx without
+//     Retry-After. Any other answer (2xx, 4xx) resets the count: a 5xx for
+//     some messages while others succeed is theirs. The circuit breaker then
+//     opens: the sink pauses for 1s.
+//   - A Retry-After header on a transient response (delta-seconds or an
+//     HTTP-date, clamped to [0, Config.MaxRetryAfter]) makes that message's
+//     error carry the delay (sinks.RetryAfter): that message (and, in
+//     ordered mode, its key) waits, others go on. Only when at least half of
+//     the last 20 responses (and at least 10) asked to retry later — a rate
+//     limit on the whole endpoint — does the whole sink pause until the last
+//     one's time.
+//
+// While paused, Available returns an error, so the relay claims nothing for
+// the sink, and Deliver sends nothing, reporting every message as not
+// attempted (sinks.ErrNotAttempted), which puts rows back without spending
+// attempts. A request in flight when a pause began is reported not
+// attempted too, whatever it got: the pause accounts for the outage. Only
+// the requests that showed the outage spend their messages' attempts.
+//
+// When a pause ends, one request probes the endpoint, and every other
+// request waits for its result (Available reports the sink unavailable
+// meanwhile). The probe carries the message of its batch tried the fewest
+// times that has not already failed as a probe in this outage (probe.go),
+// so that probes go round the waiting messages. If the endpoint answers it
+// with anything but a 5xx or a Retry-After, the breaker closes and the
+// others go. If not, the sink pauses again, for twice the last pause (up to
+// 30s) or the probe's Retry-After if longer. The probe spends its message's
+// attempt only when its failure may be that message's doing (no response
+// after the request was sent, a 5xx other than 503), so that a message that
+// crashes the receiver still reaches the dead letters; a probe that was
+// never sent (a refused connection, a failed TLS handshake) or was answered
+// 503 or 429 is reported not attempted. A dead endpoint thus costs the few
+// attempts that found it down, and is used again within 30s of coming
+// back. A request interrupted by its caller's context says nothing about
+// the endpoint.
 //
 // # TLS
 //

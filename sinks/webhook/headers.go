@@ -56,6 +56,22 @@ var reservedHeaders = map[string]bool{
 	"X-Http-Method-Override": true,
 	"X-Method-Override":      true,
 	"X-Http-Method":          true,
+	// The same for the path, the client's address and the host as other
+	// proxies, CDNs and frameworks carry them: IIS and Symfony route by
+	// X-Original-Url and X-Rewrite-Url, Akamai and Cloudflare name the
+	// client in True-Client-Ip and Cf-Connecting-Ip, and Via and
+	// Max-Forwards steer proxies. Range would have the receiver answer a
+	// part of its response.
+	"X-Original-Url":   true,
+	"X-Rewrite-Url":    true,
+	"True-Client-Ip":   true,
+	"Cf-Connecting-Ip": true,
+	"X-Client-Ip":      true,
+	"X-Original-Host":  true,
+	"X-Host":           true,
+	"Via":              true,
+	"Max-Forwards":     true,
+	"Range":            true,
 	// The operator's credentials (WEBHOOK_URL's user info becomes
 	// Authorization) are not a row's to replace or add to.
 	"Authorization":      true,
@@ -78,7 +94,7 @@ func reserved(canonical string) bool {
 // the reserved row headers it dropped. A header no HTTP request can carry,
 // or headers over the relay's header budget, are a permanent error.
 func requestHeader(m *sinks.Message, userAgent string) (http.Header, []string, error) {
-	if err := sinks.CheckHeaderBudget(m); err != nil {
+	if err := sinks.CheckMessage(m); err != nil {
 		return nil, nil, err
 	}
 	var dropped []string

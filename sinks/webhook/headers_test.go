@@ -141,6 +141,16 @@ func TestSink_RowHeadersProxiesActOnAreDropped(t *testing.T) {
 		"x-method-override":      "DELETE",
 		"X-HTTP-Method":          "DELETE",
 		"Content-Encoding":       "gzip",
+		"X-Original-URL":         "/admin",
+		"x-rewrite-url":          "/admin",
+		"True-Client-IP":         "127.0.0.1",
+		"CF-Connecting-IP":       "127.0.0.1",
+		"X-Client-IP":            "127.0.0.1",
+		"X-Original-Host":        "admin.internal",
+		"X-Host":                 "admin.internal",
+		"Via":                    "1.1 trusted-proxy",
+		"Max-Forwards":           "0",
+		"Range":                  "bytes=0-0",
 	}
 	m := message(t, maps.Clone(forged))
 	m.Headers["X-Custom"] = "kept"

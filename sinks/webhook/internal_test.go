@@ -4,10 +4,13 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
 func TestParseRetryAfter(t *testing.T) {
@@ -68,41 +71,129 @@ func TestExcerpt(t *testing.T) {
 
 var errTest = errors.New("post webhook: dial tcp 127.0.0.1:1: connect: connection refused")
 
+// request admits a request at now and returns its ticket, failing t if the
+// gate does not let it start.
+func request(t *testing.T, g *gate, now time.Time) ticket {
+	t.Helper()
+	tk, probing, err := g.admit(now)
+	if err != nil || probing != nil {
+		t.Fatalf("admit: %v (a probe in flight: %v), want a request admitted", err, probing != nil)
+	}
+	return tk
+}
+
+var (
+	down   = result{sig: signalDown, err: errTest}
+	up     = result{sig: signalUp, status: 204}
+	wait10 = result{sig: signalWait, status: 429, retryAfter: 10 * time.Second}
+)
+
 func TestGate_BreakerDoublesUpToMax(t *testing.T) {
 	var g gate
 	now := time.Now()
+	// A request in flight while the breaker opens, and through its pauses.
+	early := request(t, &g, now)
 	for i := 1; i < breakerThreshold; i++ {
-		if p := g.connectionFailed(now, errTest); p != 0 {
+		if v := g.done(request(t, &g, now), now, down); v.pause != 0 {
 			t.Fatalf("failure %d opened the breaker", i)
 		}
 	}
 	want := []time.Duration{1, 2, 4, 8, 16, 30, 30}
 	for i, w := range want {
-		p := g.connectionFailed(now, errTest)
-		if p != w*time.Second {
-			t.Fatalf("opening %d: pause %s, want %s", i+1, p, w*time.Second)
+		// The fifth failure opens the breaker; then, after each pause,
+		// the probe fails too.
+		tk := request(t, &g, now)
+		if tk.probe != (i > 0) {
+			t.Fatalf("opening %d: probe = %v", i+1, tk.probe)
+		}
+		v := g.done(tk, now, down)
+		if p := v.pause; p != w*time.Second || v.reopened != (i > 0) {
+			t.Fatalf("opening %d: pause %s (reopened %v), want %s", i+1, p, v.reopened, w*time.Second)
 		}
 		if err := g.check(now); err == nil || !strings.Contains(err.Error(), "the last error: "+errTest.Error()) {
 			t.Fatalf("opening %d: check = %v, want a pause quoting the last error", i+1, err)
 		}
 		// Failures of requests that started before the pause do not
-		// count.
-		if p := g.connectionFailed(now.Add(p/2), errTest); p != 0 {
-			t.Fatalf("a failure during the pause reopened the breaker")
+		// count: the pause accounts for them.
+		if v := g.done(early, now.Add(v.pause/2), down); v.pause != 0 || !v.stale {
+			t.Fatalf("a failure during the pause: %+v, want stale, reopening nothing", v)
 		}
-		now = now.Add(p)
+		now = now.Add(v.pause)
 		if err := g.check(now); err != nil {
 			t.Fatalf("opening %d: still paused after it: %v", i+1, err)
 		}
 	}
-	if !g.responded() {
-		t.Error("responded did not report the recovery")
+	if v := g.done(request(t, &g, now), now, up); !v.recovered {
+		t.Error("the probe's success did not report the recovery")
 	}
-	if g.responded() {
-		t.Error("responded reported a recovery twice")
+	if v := g.done(request(t, &g, now), now, up); v.recovered {
+		t.Error("a recovery reported twice")
 	}
-	if p := g.connectionFailed(now, errTest); p != 0 {
+	if v := g.done(request(t, &g, now), now, down); v.pause != 0 {
 		t.Error("one failure after a response opened the breaker")
+	}
+}
+
+// After a pause one request, the probe, tests the endpoint: the sink is
+// not available to batches while it is in flight, other requests wait for
+// its result, and a probe that found the endpoint down pauses the sink
+// again, one that found it up closes the breaker.
+func TestGate_OneRequestProbesAfterAPause(t *testing.T) {
+	var g gate
+	now := time.Now()
+	for range breakerThreshold {
+		g.done(request(t, &g, now), now, down)
+	}
+	if _, _, err := g.admit(now); err == nil {
+		t.Fatal("a request was admitted while the breaker is open")
+	}
+	now = now.Add(breakerMinPause)
+	probe := request(t, &g, now)
+	if !probe.probe {
+		t.Fatal("the first request after the pause is not the probe")
+	}
+	_, probing, err := g.admit(now)
+	if err != nil || probing == nil {
+		t.Fatalf("a second request while the probe is in flight: %v, want to wait for the probe", err)
+	}
+	if err := g.check(now); !errors.Is(err, sinks.ErrNotAttempted) || !strings.Contains(err.Error(), "probes") {
+		t.Errorf("check while the probe is in flight: %v, want unavailable, naming the probe", err)
+	}
+	if v := g.done(probe, now, result{sig: signalWait, status: 503, retryAfter: 5 * time.Second, err: errTest}); !v.reopened || v.pause != 5*time.Second {
+		t.Errorf("a probe asked to retry in 5s: %+v, want the breaker reopened for 5s", v)
+	}
+	select {
+	case <-probing:
+	default:
+		t.Fatal("the probe's result did not release the requests waiting for it")
+	}
+	now = now.Add(5 * time.Second)
+	probe = request(t, &g, now)
+	if !probe.probe {
+		t.Fatal("no probe after the second pause")
+	}
+	if v := g.done(probe, now, up); !v.recovered {
+		t.Errorf("the probe answered: %+v, want the breaker closed", v)
+	}
+	if tk := request(t, &g, now); tk.probe {
+		t.Error("a probe after the endpoint answered")
+	}
+}
+
+// A 5xx for some messages among successes is theirs: only a run of them
+// opens the breaker.
+func TestGate_ServerErrorsAmongSuccessesDoNotOpenTheBreaker(t *testing.T) {
+	var g gate
+	now := time.Now()
+	failed := result{sig: signalDown, status: 500, err: errTest}
+	for i := range 100 {
+		r := up
+		if i%breakerThreshold != 0 {
+			r = failed
+		}
+		if v := g.done(request(t, &g, now), now, r); v.pause != 0 {
+			t.Fatalf("response %d paused the sink: %+v", i, v)
+		}
 	}
 }
 
@@ -110,9 +201,9 @@ func TestGate_OneRetryAfterDoesNotPauseTheSink(t *testing.T) {
 	var g gate
 	now := time.Now()
 	for range 9 {
-		g.answered(now, false, 0, 204)
+		g.done(request(t, &g, now), now, up)
 	}
-	if g.answered(now, true, 10*time.Second, 429) {
+	if v := g.done(request(t, &g, now), now, wait10); v.pause != 0 {
 		t.Error("one Retry-After among successes paused the sink")
 	}
 	if err := g.check(now); err != nil {
@@ -125,7 +216,11 @@ func TestGate_MostResponsesAskingToWaitPauseTheSink(t *testing.T) {
 	now := time.Now()
 	started := 0
 	for i := range 11 { // 7 of 11 ask to wait; the 11th starts the pause
-		if g.answered(now, i%3 != 0, 10*time.Second, 429) {
+		r := wait10
+		if i%3 == 0 {
+			r = result{sig: signalUp, status: 429}
+		}
+		if v := g.done(request(t, &g, now), now, r); v.pause > 0 {
 			started++
 		}
 	}
@@ -138,8 +233,47 @@ func TestGate_MostResponsesAskingToWaitPauseTheSink(t *testing.T) {
 	if err := g.check(now.Add(10 * time.Second)); err != nil {
 		t.Errorf("check after the pause: %v", err)
 	}
-	if g.answered(now, true, 0, 429) {
-		t.Error("Retry-After 0 paused")
+
+	var g0 gate
+	for range rateLimitWindow {
+		if v := g0.done(request(t, &g0, now), now, result{sig: signalWait, status: 429}); v.pause > 0 {
+			t.Fatal("Retry-After 0 paused")
+		}
+	}
+}
+
+// The probe is the message tried the fewest times among those that have
+// not failed as a probe; the others keep their order.
+func TestProbed_OrderPutsTheProbeFirst(t *testing.T) {
+	msg := func(key string, attempt int) sinks.Message {
+		m := sinks.Message{ID: 1, Attempt: attempt}
+		m.IdempotencyKey = key
+		return m
+	}
+	var p probed
+	p.add("a")
+	p.add("z")
+	tests := []struct {
+		name     string
+		msgs     []sinks.Message
+		probeDue bool
+		want     []int
+	}{
+		{"no probe due", []sinks.Message{msg("a", 1), msg("b", 1)}, false, []int{0, 1}},
+		{"one message", []sinks.Message{msg("a", 1)}, true, []int{0}},
+		{"not a failed probe first", []sinks.Message{msg("a", 1), msg("b", 2), msg("c", 1)}, true, []int{2, 0, 1}},
+		{"the fewest attempts", []sinks.Message{msg("b", 3), msg("c", 2), msg("d", 2)}, true, []int{1, 0, 2}},
+		{"every one a failed probe", []sinks.Message{msg("a", 2), msg("z", 1)}, true, []int{1, 0}},
+		{"first on a tie", []sinks.Message{msg("b", 1), msg("c", 1)}, true, []int{0, 1}},
+	}
+	for _, tt := range tests {
+		if got := p.order(tt.msgs, tt.probeDue); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: order %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	p.clear()
+	if got := p.order([]sinks.Message{msg("a", 1), msg("b", 1)}, true); !slices.Equal(got, []int{0, 1}) {
+		t.Errorf("after clear: order %v, want a first again", got)
 	}
 }
 

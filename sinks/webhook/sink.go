@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"sync"
@@ -28,7 +29,8 @@ type Sink struct {
 	// latency averages the receiver's response times (slots.go).
 	latency latency
 	gate    gate
-	tls     alarm // failed TLS handshakes
+	probed  probed // messages whose probe failed (probe.go)
+	tls     alarm  // failed TLS handshakes
 	closed  atomic.Bool
 	// dropped holds the names of the reserved row headers already logged
 	// (see warnDropped), at most droppedMax of them.
@@ -99,9 +101,12 @@ func (s *Sink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
 // response is in (sinks.Streamer). Requests run concurrently, at most
 // Config.Concurrency across the sink, not counting requests that have
 // waited long (see slots.go): those give their slot up, so
-// that a receiver hanging on some requests cannot take every slot. Messages
-// left when ctx ends, when its deadline is closer than Config.Timeout or
-// when the sink pauses are reported not attempted.
+// that a receiver hanging on some requests cannot take every slot. After a
+// pause the first request probes the endpoint and the others wait for its
+// result (probe.go). Messages left when ctx ends, when its deadline is
+// closer than Config.Timeout or when the sink pauses are reported not
+// attempted, and so are the failures that are the outage's rather than the
+// message's (judge).
 func (s *Sink) DeliverStream(ctx context.Context, msgs []sinks.Message, report func(i int, err error)) {
 	deadline, hasDeadline := ctx.Deadline()
 	var startBy <-chan time.Time // fires when no request can start anymore
@@ -111,9 +116,10 @@ func (s *Sink) DeliverStream(ctx context.Context, msgs []sinks.Message, report f
 		startBy = t.C
 	}
 	var wg sync.WaitGroup
-	for i := range msgs {
+	order := s.probed.order(msgs, s.gate.probeDue())
+	for k, i := range order {
 		if err := s.startable(ctx, deadline, hasDeadline); err != nil {
-			reportRest(report, i, len(msgs), err)
+			reportRest(report, order[k:], err)
 			break
 		}
 		if size := int64(len(msgs[i].Payload)); size > s.cfg.MaxBodyBytes {
@@ -135,21 +141,22 @@ func (s *Sink) DeliverStream(ctx context.Context, msgs []sinks.Message, report f
 		}
 		// Waiting for a slot took time: a pause may have begun, the
 		// deadline may be near.
-		err = s.startable(ctx, deadline, hasDeadline)
-		if err == nil && !acquired {
+		var t ticket
+		if acquired {
+			if t, err = s.admit(ctx, startBy, deadline, hasDeadline); err != nil {
+				<-s.slots
+			}
+		} else if err = s.startable(ctx, deadline, hasDeadline); err == nil {
 			err = errTooLate
 		}
 		if err != nil {
-			if acquired {
-				<-s.slots
-			}
-			reportRest(report, i, len(msgs), err)
+			reportRest(report, order[k:], err)
 			break
 		}
 		wg.Go(func() {
 			held := s.holdSlot()
 			defer held.release()
-			report(i, s.post(ctx, &msgs[i], header))
+			report(i, s.post(ctx, t, &msgs[i], header))
 		})
 	}
 	wg.Wait()
@@ -170,9 +177,9 @@ func (s *Sink) warnDropped(names []string) {
 	}
 }
 
-// reportRest reports err for messages from to n-1.
-func reportRest(report func(int, error), from, n int, err error) {
-	for i := from; i < n; i++ {
+// reportRest reports err for the messages at indexes rest.
+func reportRest(report func(int, error), rest []int, err error) {
+	for _, i := range rest {
 		report(i, err)
 	}
 }
@@ -189,15 +196,47 @@ func (s *Sink) startable(ctx context.Context, deadline time.Time, hasDeadline bo
 	if hasDeadline && deadline.Sub(now) < s.cfg.Timeout {
 		return errTooLate
 	}
-	return s.gate.check(now)
+	return s.gate.paused(now)
 }
 
-// post makes one attempt to deliver m and classifies the result.
-func (s *Sink) post(ctx context.Context, m *sinks.Message, header http.Header) error {
+// admit returns the gate's ticket for a request that starts now, or why
+// none may (see startable). While another request probes the endpoint
+// after a pause, it waits for the probe's result: the endpoint is back, and
+// the request goes, or it is not, and the sink pauses again.
+func (s *Sink) admit(ctx context.Context, startBy <-chan time.Time, deadline time.Time, hasDeadline bool) (ticket, error) {
+	for {
+		if err := s.startable(ctx, deadline, hasDeadline); err != nil {
+			return ticket{}, err
+		}
+		t, probing, err := s.gate.admit(time.Now())
+		if probing == nil {
+			return t, err
+		}
+		select {
+		case <-probing:
+		case <-ctx.Done():
+		case <-startBy:
+			return ticket{}, errTooLate
+		}
+	}
+}
+
+// post makes one attempt to deliver m, admitted by the gate with t, and
+// classifies the result (see doc.go).
+func (s *Sink) post(ctx context.Context, t ticket, m *sinks.Message, header http.Header) error {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
+	// Whether the request was sent: a probe that was not (the connection
+	// or the TLS handshake failed) did not try the message.
+	var wrote atomic.Bool
+	if t.probe {
+		rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
+			WroteRequest: func(w httptrace.WroteRequestInfo) { wrote.Store(w.Err == nil) },
+		})
+	}
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, s.cfg.URL, bytes.NewReader(m.Payload))
 	if err != nil {
+		s.gate.done(t, time.Now(), result{sig: signalNone})
 		return fmt.Errorf("make webhook request: %w", err)
 	}
 	// Signed now, right before sending: the timestamp is this attempt's.
@@ -208,48 +247,101 @@ func (s *Sink) post(ctx context.Context, m *sinks.Message, header http.Header) e
 
 	sent := time.Now()
 	resp, err := s.client.Do(req)
+	var r result
 	if err != nil {
-		return s.noResponse(ctx, rctx, err)
+		r = s.noResponse(ctx, rctx, err)
+	} else {
+		s.latency.observe(time.Since(sent))
+		r = s.response(resp)
 	}
-	s.latency.observe(time.Since(sent))
+	return s.judge(t, m, r, wrote.Load())
+}
+
+// response classifies a response and closes its body.
+func (s *Sink) response(resp *http.Response) result {
 	s.tls.clear("TLS handshakes with the webhook endpoint succeed again")
-	if s.gate.responded() {
-		s.log.Info("webhook endpoint responds again; circuit breaker closed", "status", resp.StatusCode)
-	}
+	r := result{sig: signalUp, status: resp.StatusCode}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		discard(resp.Body)
-		s.gate.answered(time.Now(), false, 0, resp.StatusCode)
-		return nil
+		return r
 	}
 	serr := readResponse(resp)
+	r.err = serr
 	if serr.Permanent() {
-		s.gate.answered(time.Now(), false, 0, resp.StatusCode)
-		return sinks.Permanent(serr)
+		r.err = sinks.Permanent(serr)
+		return r
 	}
 	if v := resp.Header.Get("Retry-After"); v != "" {
 		if d, ok := parseRetryAfter(v, time.Now()); ok {
 			d = min(d, s.cfg.MaxRetryAfter)
-			if s.gate.answered(time.Now(), true, d, resp.StatusCode) {
-				s.log.Warn("most webhook responses ask to retry later; pausing deliveries to the endpoint",
-					"status", resp.StatusCode, "retry_after", d)
-			}
-			return sinks.RetryAfter(fmt.Errorf("%w (Retry-After %s)", serr, d), d)
+			r.sig, r.retryAfter = signalWait, d
+			r.err = sinks.RetryAfter(fmt.Errorf("%w (Retry-After %s)", serr, d), d)
+			return r
 		}
 	}
-	s.gate.answered(time.Now(), false, 0, resp.StatusCode)
-	return serr
+	if resp.StatusCode >= 500 {
+		r.sig = signalDown
+	}
+	return r
+}
+
+// judge passes the result r of the request for m admitted with t to the
+// gate, logs what the gate made of it, and returns m's outcome: r's error,
+// marked not attempted (the row is put back without spending an attempt)
+// when the failure is the outage's, not m's: a pause began while the
+// request was in flight, or the request was the probe and failed as it
+// would whatever it carried (probe.go). sent says whether the request was
+// written, for probes.
+func (s *Sink) judge(t ticket, m *sinks.Message, r result, sent bool) error {
+	v := s.gate.done(t, time.Now(), r)
+	if v.recovered {
+		s.probed.clear()
+		s.log.Info("webhook endpoint answers again; circuit breaker closed", "status", r.status)
+	}
+	if v.pause > 0 {
+		s.logPause(v, r)
+	}
+	switch {
+	case r.err == nil || r.sig == signalUp || r.sig == signalNone:
+		return r.err
+	case v.stale:
+		return fmt.Errorf("%w: the webhook sink paused while the request was in flight: %w", sinks.ErrNotAttempted, r.err)
+	case t.probe:
+		s.probed.add(m.IdempotencyKey)
+		if probeFailureIsFree(sent, r.status) {
+			return fmt.Errorf("%w: the probe found the webhook endpoint still down: %w", sinks.ErrNotAttempted, r.err)
+		}
+	}
+	return r.err
+}
+
+// logPause logs the pause v began after result r: at warn when the
+// endpoint went down, at debug when a probe found it still down (the
+// relay reminds of the outage at growing intervals).
+func (s *Sink) logPause(v verdict, r result) {
+	const then = "pausing deliveries: rows wait without spending attempts, and after the pause one request probes the endpoint"
+	switch {
+	case v.reopened:
+		s.log.Debug("webhook endpoint still down; "+then, "pause", v.pause, "status", r.status, "err", r.err)
+	case r.sig == signalWait:
+		s.log.Warn("most webhook responses ask to retry later; "+then, "status", r.status, "retry_after", r.retryAfter)
+	case r.status != 0:
+		s.log.Warn("webhook endpoint answers every request with a server error; "+then, "pause", v.pause, "status", r.status, "err", r.err)
+	default:
+		s.log.Warn("webhook endpoint is not responding; "+then, "pause", v.pause, "err", r.err)
+	}
 }
 
 // noResponse classifies a request that got no response: the caller's
-// context ended (not the endpoint's fault), the request timed out, or the
-// connection failed, the TLS handshake included. The last two are
-// transient and count towards the circuit breaker: a certificate that does
-// not verify fails every message alike, so no row is dead-lettered for it.
-// A failed handshake is also logged at error level, once per reason. The
+// context ended (not the endpoint's fault, signalNone), the request timed
+// out, or the connection failed, the TLS handshake included. The last two
+// are transient and show the endpoint down: a certificate that does not
+// verify fails every message alike, so no row is dead-lettered for it. A
+// failed handshake is also logged at error level, once per reason. The
 // URL is left out of the error: it may hold credentials or a token.
-func (s *Sink) noResponse(ctx, rctx context.Context, err error) error {
+func (s *Sink) noResponse(ctx, rctx context.Context, err error) result {
 	if ctx.Err() != nil {
-		return fmt.Errorf("post webhook: interrupted: %w", ctx.Err())
+		return result{sig: signalNone, err: fmt.Errorf("post webhook: interrupted: %w", ctx.Err())}
 	}
 	if rctx.Err() != nil {
 		err = fmt.Errorf("post webhook: %w (%s): %w", errTimedOut, s.cfg.Timeout, rctx.Err())
@@ -265,16 +357,12 @@ func (s *Sink) noResponse(ctx, rctx context.Context, err error) error {
 			err = fmt.Errorf("post webhook: %w", err)
 		}
 	}
-	if pause := s.gate.connectionFailed(time.Now(), err); pause > 0 {
-		s.log.Warn("webhook endpoint is not responding; pausing deliveries",
-			"pause", pause, "err", err)
-	}
-	return err
+	return result{sig: signalDown, err: err}
 }
 
 // Available reports whether the sink can deliver now: an error wrapping
-// sinks.ErrNotAttempted while it is paused (Retry-After, circuit breaker) or
-// closed.
+// sinks.ErrNotAttempted while it is paused (Retry-After, circuit breaker),
+// while one request probes the endpoint after a pause, or once closed.
 func (s *Sink) Available() error {
 	if s.closed.Load() {
 		return errClosed

@@ -16,17 +16,25 @@ import (
 	"github.com/outbox-relay/outbox-relay/sinks/webhook"
 )
 
+// harness makes the sinks the conformance and hostile-row suites run against.
+var harness = sinktest.Harness{
+	New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
+		e := newEndpoint(t, 2)
+		return newSink(t, e, nil), e
+	},
+	Reject: func(m *sinks.Message) {
+		m.Headers = map[string]string{"x-test-status": "422"}
+	},
+	Features: sinktest.Features{Headers: true, Outage: true, EveryTopic: true},
+}
+
 func TestSink_Conformance(t *testing.T) {
-	sinktest.Run(t, sinktest.Harness{
-		New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
-			e := newEndpoint(t, 2)
-			return newSink(t, e, nil), e
-		},
-		Reject: func(m *sinks.Message) {
-			m.Headers = map[string]string{"x-test-status": "422"}
-		},
-		Features: sinktest.Features{Headers: true, Outage: true},
-	})
+	sinktest.Run(t, harness)
+}
+
+func TestSink_HostileRows(t *testing.T) {
+	t.Parallel()
+	sinktest.RunHostile(t, harness)
 }
 
 // newEndpoint starts a webhook receiver verifying n secrets, which answers

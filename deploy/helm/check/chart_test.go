@@ -35,6 +35,7 @@ import (
 	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -166,6 +167,35 @@ podDisruptionBudget: {enabled: false}
 `,
 		kinds: []string{"Deployment/orders-outbox-relay", "Service/orders-outbox-relay", "ServiceAccount/orders-outbox-relay"},
 	},
+	{
+		name: "NetworkPolicy for Prometheus in its namespace and a CIDR, LoadBalancer, own port",
+		values: `
+env: {RELAY_HTTP_ADDR: ":9464"}
+service: {type: LoadBalancer}
+networkPolicy:
+  enabled: true
+  prometheusNamespaceLabels: {kubernetes.io/metadata.name: monitoring}
+  prometheusPodLabels: {app.kubernetes.io/name: prometheus}
+  extraFrom:
+    - ipBlock: {cidr: 10.20.0.0/16}
+`,
+		kinds: []string{"Deployment/orders-outbox-relay", "NetworkPolicy/orders-outbox-relay", "Service/orders-outbox-relay", "ServiceAccount/orders-outbox-relay"},
+	},
+	{
+		name: "NetworkPolicy for Prometheus pods of the release's namespace, NodePort",
+		values: `
+service: {type: NodePort}
+networkPolicy: {enabled: true, prometheusPodLabels: {app: prometheus}}
+`,
+		kinds: []string{"Deployment/orders-outbox-relay", "NetworkPolicy/orders-outbox-relay", "Service/orders-outbox-relay", "ServiceAccount/orders-outbox-relay"},
+	},
+	{
+		name: "NetworkPolicy without a peer",
+		values: `
+networkPolicy: {enabled: true}
+`,
+		kinds: []string{"Deployment/orders-outbox-relay", "NetworkPolicy/orders-outbox-relay", "Service/orders-outbox-relay", "ServiceAccount/orders-outbox-relay"},
+	},
 }
 
 // refused lists values the chart must refuse, with a part of the error.
@@ -241,6 +271,7 @@ var apiTypes = map[string]func() any{
 	"v1/ServiceAccount":                       func() any { return new(corev1.ServiceAccount) },
 	"v1/ConfigMap":                            func() any { return new(corev1.ConfigMap) },
 	"policy/v1/PodDisruptionBudget":           func() any { return new(policyv1.PodDisruptionBudget) },
+	"networking.k8s.io/v1/NetworkPolicy":      func() any { return new(networkingv1.NetworkPolicy) },
 	"monitoring.coreos.com/v1/ServiceMonitor": func() any { return new(monitoringv1.ServiceMonitor) },
 	"monitoring.coreos.com/v1/PrometheusRule": func() any { return new(monitoringv1.PrometheusRule) },
 }
@@ -355,6 +386,7 @@ func TestTemplate(t *testing.T) {
 			if !strings.Contains(notes, "/outbox-relay status") {
 				t.Errorf("NOTES.txt does not render as expected:\n%s", notes)
 			}
+			checkNotes(t, notes, values)
 			objs := decode(t, files)
 			if got := kindNames(objs); !slices.Equal(got, c.kinds) {
 				t.Errorf("rendered %q, want %q", got, c.kinds)
@@ -700,6 +732,8 @@ func checkObjects(t *testing.T, objs []object, values chartutil.Values, fileVars
 		}
 	}
 
+	checkNetworkPolicy(t, objs, values, d, wantPort)
+
 	for _, sm := range find[monitoringv1.ServiceMonitor](objs) {
 		if !matches(sm.Spec.Selector.MatchLabels, svc.Labels) {
 			t.Errorf("the ServiceMonitor selects %v, not the Service %v", sm.Spec.Selector.MatchLabels, svc.Labels)
@@ -717,6 +751,96 @@ func checkObjects(t *testing.T, objs []object, values chartutil.Values, fileVars
 	for _, cm := range find[corev1.ConfigMap](objs) {
 		checkDashboard(t, cm)
 	}
+}
+
+// checkNotes checks NOTES.txt's warnings: the endpoint, which has no
+// authentication, exposed beyond the cluster by the Service's type; a
+// NetworkPolicy that lets no one scrape.
+func checkNotes(t *testing.T, notes string, values map[string]any) {
+	t.Helper()
+	typ := "ClusterIP"
+	if svc, ok := values["service"].(map[string]any); ok && svc["type"] != nil {
+		typ = svc["type"].(string)
+	}
+	exposed := typ == "LoadBalancer" || typ == "NodePort"
+	warned := strings.Contains(notes, "WARNING: service.type is "+typ) && strings.Contains(notes, "no authentication")
+	if warned != exposed {
+		t.Errorf("service.type %s: NOTES.txt warns of the unauthenticated endpoint: %v, want %v\n%s", typ, warned, exposed, notes)
+	}
+	np, _ := values["networkPolicy"].(map[string]any)
+	noPeer := np != nil && np["enabled"] == true && len(asMap(np["prometheusNamespaceLabels"])) == 0 &&
+		len(asMap(np["prometheusPodLabels"])) == 0 && len(asSlice(np["extraFrom"])) == 0
+	if got := strings.Contains(notes, "names no peer"); got != noPeer {
+		t.Errorf("NOTES.txt warns of a NetworkPolicy without a peer: %v, want %v\n%s", got, noPeer, notes)
+	}
+}
+
+// checkNetworkPolicy checks the NetworkPolicy, when asked for: it selects
+// the relays, restricts their ingress only, and lets in, on the endpoint's
+// port alone, exactly the peers the values name (never everyone: a rule
+// without peers would admit any source).
+func checkNetworkPolicy(t *testing.T, objs []object, values map[string]any, d *appsv1.Deployment, port int32) {
+	t.Helper()
+	nps := find[networkingv1.NetworkPolicy](objs)
+	values = asMap(values["networkPolicy"])
+	if want := values["enabled"] == true; (len(nps) == 1) != want {
+		t.Fatalf("%d NetworkPolicies; want one: %v", len(nps), want)
+	}
+	if len(nps) == 0 {
+		return
+	}
+	np := nps[0]
+	if !matches(np.Spec.PodSelector.MatchLabels, d.Spec.Template.Labels) || len(np.Spec.PodSelector.MatchExpressions) > 0 {
+		t.Errorf("the NetworkPolicy selects %v, not the relays %v", np.Spec.PodSelector, d.Spec.Template.Labels)
+	}
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || len(np.Spec.Egress) > 0 {
+		t.Errorf("the NetworkPolicy's types %v, egress %v: want Ingress only", np.Spec.PolicyTypes, np.Spec.Egress)
+	}
+	var peers []any
+	nsLabels, podLabels := asMap(values["prometheusNamespaceLabels"]), asMap(values["prometheusPodLabels"])
+	if len(nsLabels) > 0 || len(podLabels) > 0 {
+		peer := map[string]any{}
+		if len(nsLabels) > 0 {
+			peer["namespaceSelector"] = map[string]any{"matchLabels": nsLabels}
+		}
+		if len(podLabels) > 0 {
+			peer["podSelector"] = map[string]any{"matchLabels": podLabels}
+		}
+		peers = append(peers, peer)
+	}
+	peers = append(peers, asSlice(values["extraFrom"])...)
+	var want []networkingv1.NetworkPolicyPeer
+	if b, err := json.Marshal(peers); err != nil {
+		t.Fatal(err)
+	} else if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	if len(want) == 0 {
+		if np.Spec.Ingress == nil || len(np.Spec.Ingress) != 0 {
+			t.Errorf("the NetworkPolicy without peers has ingress %+v, want [] (none)", np.Spec.Ingress)
+		}
+		return
+	}
+	if len(np.Spec.Ingress) != 1 {
+		t.Fatalf("the NetworkPolicy has %d ingress rules, want 1", len(np.Spec.Ingress))
+	}
+	rule := np.Spec.Ingress[0]
+	if len(rule.Ports) != 1 || rule.Ports[0].Port == nil || rule.Ports[0].Port.IntVal != port || rule.Ports[0].Protocol == nil || *rule.Ports[0].Protocol != corev1.ProtocolTCP {
+		t.Errorf("the NetworkPolicy's ports %+v, want TCP %d (the endpoint's) alone", rule.Ports, port)
+	}
+	if len(rule.From) == 0 || !reflect.DeepEqual(rule.From, want) {
+		t.Errorf("the NetworkPolicy lets in %+v, want %+v", rule.From, want)
+	}
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}
+
+func asSlice(v any) []any {
+	s, _ := v.([]any)
+	return s
 }
 
 func checkContainerSecurity(t *testing.T, c corev1.Container) {

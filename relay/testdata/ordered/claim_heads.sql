@@ -1,7 +1,7 @@
 WITH patience AS MATERIALIZED (
     SELECT set_config('lock_timeout', @lock_wait, true) AS lock_timeout
 ), due AS MATERIALIZED (
-    SELECT c.id, c.leased_by, c.available_at, octet_length(c.payload) AS size, c.key,
+    SELECT c.id, c.leased_by, c.available_at, CASE WHEN octet_length(c.payload) <= @payload_max::bigint THEN octet_length(c.payload) ELSE 0 END AS size, c.key,
            coalesce(c.destination, @default_sink) AS sink, c.last_error IS NULL AS fresh
       FROM "outbox".messages AS c
      WHERE (SELECT lock_timeout FROM patience) IS NOT NULL
@@ -26,7 +26,7 @@ WITH patience AS MATERIALIZED (
      WHERE b.id = ANY (ARRAY(SELECT id FROM oldest WHERE id IS NOT NULL))
        FOR KEY SHARE SKIP LOCKED
 ), beyond AS MATERIALIZED (
-    SELECT x.id, x.leased_by, x.available_at, octet_length(x.payload) AS size, x.key,
+    SELECT x.id, x.leased_by, x.available_at, CASE WHEN octet_length(x.payload) <= @payload_max::bigint THEN octet_length(x.payload) ELSE 0 END AS size, x.key,
            coalesce(x.destination, @default_sink) AS sink, x.last_error IS NULL AS fresh, x.waiting, x.leased_until
       FROM "outbox".messages AS x
      WHERE x.id = ANY (ARRAY(
@@ -48,7 +48,7 @@ WITH patience AS MATERIALIZED (
            bool_and(f.ok) OVER (PARTITION BY h.id ORDER BY f.pos) AS unbroken
       FROM (SELECT * FROM heads WHERE fresh) AS h
      CROSS JOIN LATERAL (
-           SELECT r.id, octet_length(r.payload) AS size,
+           SELECT r.id, CASE WHEN octet_length(r.payload) <= @payload_max::bigint THEN octet_length(r.payload) ELSE 0 END AS size,
                   row_number() OVER (ORDER BY r.key, r.id) AS pos,
                   r.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
                   AND coalesce(r.destination, @default_sink) = h.sink AS ok
@@ -106,12 +106,23 @@ WITH patience AS MATERIALIZED (
            waiting = false,
            available_at = CASE WHEN m.waiting THEN greatest(m.available_at, clock_timestamp()) ELSE m.available_at END
      WHERE m.id = ANY (ARRAY(SELECT id FROM claimable)) AND (NOT m.waiting OR (SELECT pg_current_xact_id()) IS NOT NULL)
- RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
+ RETURNING m.id, CASE WHEN octet_length(m.topic) <= 255 THEN m.topic END, CASE WHEN octet_length(m.payload) <= @payload_max::bigint THEN m.payload END, CASE WHEN octet_length(m.key) <= 4000 THEN m.key END,
+           CASE WHEN pg_column_size(m.headers) <= 256 THEN m.headers
+                WHEN octet_length(m.headers::text) <= 16384 THEN m.headers END,
+           CASE WHEN octet_length(m.idempotency_key) <= 800 THEN m.idempotency_key END, CASE WHEN octet_length(m.destination) <= 255 THEN m.destination END,
            m.created_at, m.attempts, m.claim_seq,
            m.id = ANY (ARRAY(SELECT id FROM claimable WHERE leased_by IS NOT NULL)) AS rescued,
            CASE WHEN m.dedup
                 THEN (SELECT true FROM "outbox".delivered_keys AS k WHERE k.idempotency_key = m.idempotency_key LIMIT 1) IS NOT NULL
                 ELSE false END AS duplicate,
-           0 AS bucket
+           0 AS bucket,
+           CASE WHEN octet_length(m.payload) > @payload_max::bigint THEN 'payload ' || octet_length(m.payload)
+                WHEN octet_length(m.topic) > 255 THEN 'topic ' || octet_length(m.topic)
+                WHEN octet_length(m.key) > 4000 THEN 'key ' || octet_length(m.key)
+                WHEN octet_length(m.idempotency_key) > 800 THEN 'idempotency_key ' || octet_length(m.idempotency_key)
+                WHEN octet_length(m.destination) > 255 THEN 'destination ' || octet_length(m.destination)
+                WHEN pg_column_size(m.headers) > 256
+                     THEN CASE WHEN octet_length(m.headers::text) > 16384 THEN 'headers ' || octet_length(m.headers::text) END
+           END AS too_large
 )
 SELECT *, NULL::text FROM leased

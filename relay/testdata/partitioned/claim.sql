@@ -7,7 +7,7 @@ WITH owned AS MATERIALIZED (
     (SELECT c.id, c.leased_by, c.available_at, c.size, c.key
       FROM owned AS o
      CROSS JOIN LATERAL (
-           SELECT m.id, m.leased_by, m.available_at, octet_length(m.payload) AS size, m.key
+           SELECT m.id, m.leased_by, m.available_at, CASE WHEN octet_length(m.payload) <= @payload_max::bigint THEN octet_length(m.payload) ELSE 0 END AS size, m.key
              FROM "outbox".messages AS m
             WHERE "outbox".messages_bucket(m.key, m.id) BETWEEN 0 AND 63
               AND ("outbox".messages_bucket(m.key, m.id), m.available_at) <= (o.bucket, now())
@@ -51,13 +51,24 @@ WITH owned AS MATERIALIZED (
            leased_by = @relay_id,
            leased_until = now() + @lease::interval
      WHERE m.id = ANY (ARRAY(SELECT id FROM kept))
- RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
+ RETURNING m.id, CASE WHEN octet_length(m.topic) <= 255 THEN m.topic END, CASE WHEN octet_length(m.payload) <= @payload_max::bigint THEN m.payload END, CASE WHEN octet_length(m.key) <= 4000 THEN m.key END,
+           CASE WHEN pg_column_size(m.headers) <= 256 THEN m.headers
+                WHEN octet_length(m.headers::text) <= 16384 THEN m.headers END,
+           CASE WHEN octet_length(m.idempotency_key) <= 800 THEN m.idempotency_key END, CASE WHEN octet_length(m.destination) <= 255 THEN m.destination END,
            m.created_at, m.attempts, m.claim_seq,
            m.id = ANY (ARRAY(SELECT id FROM kept WHERE leased_by IS NOT NULL)) AS rescued,
            CASE WHEN m.dedup
                 THEN (SELECT true FROM "outbox".delivered_keys AS k WHERE k.idempotency_key = m.idempotency_key LIMIT 1) IS NOT NULL
                 ELSE false END AS duplicate,
-           "outbox".messages_bucket(m.key, m.id) AS bucket
+           "outbox".messages_bucket(m.key, m.id) AS bucket,
+           CASE WHEN octet_length(m.payload) > @payload_max::bigint THEN 'payload ' || octet_length(m.payload)
+                WHEN octet_length(m.topic) > 255 THEN 'topic ' || octet_length(m.topic)
+                WHEN octet_length(m.key) > 4000 THEN 'key ' || octet_length(m.key)
+                WHEN octet_length(m.idempotency_key) > 800 THEN 'idempotency_key ' || octet_length(m.idempotency_key)
+                WHEN octet_length(m.destination) > 255 THEN 'destination ' || octet_length(m.destination)
+                WHEN pg_column_size(m.headers) > 256
+                     THEN CASE WHEN octet_length(m.headers::text) > 16384 THEN 'headers ' || octet_length(m.headers::text) END
+           END AS too_large
 )
 SELECT *, NULL::text FROM leased
 UNION ALL
@@ -66,5 +77,5 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                     ELSE greatest(o.available_at, now()) END
           FROM "outbox".messages AS o
          WHERE o.id = h.oldest),
-       NULL, NULL, NULL, NULL, NULL, h.key
+       NULL, NULL, NULL, NULL, NULL, NULL, h.key
   FROM held AS h

@@ -1,5 +1,7 @@
 WITH seen AS (
-    INSERT INTO "outbox".relays (id, version, mode, notify) VALUES (@relay_id, @version, @mode, @notify)
-    ON CONFLICT (id) DO UPDATE SET version = excluded.version, mode = excluded.mode, notify = excluded.notify, last_seen = now()
+    INSERT INTO "outbox".relays (id, version, mode, notify, default_sink, sinks)
+    VALUES (@relay_id, @version, @mode, @notify, @default_sink, @sinks::text[])
+    ON CONFLICT (id) DO UPDATE SET version = excluded.version, mode = excluded.mode, notify = excluded.notify,
+                                   default_sink = excluded.default_sink, sinks = excluded.sinks, last_seen = now()
 )
 SELECT mode FROM "outbox".relay_mode

@@ -1,0 +1,154 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// acquire runs the tracer's side of a successful Acquire for the outbox
+// ctx names and returns the connection it got.
+func acquire(sh *shares, ctx context.Context) *pgx.Conn {
+	conn := &pgx.Conn{}
+	ctx = sh.TraceAcquireStart(ctx, nil, pgxpool.TraceAcquireStartData{})
+	sh.TraceAcquireEnd(ctx, nil, pgxpool.TraceAcquireEndData{Conn: conn})
+	return conn
+}
+
+// acquiring starts acquire in the background; the channel receives the
+// connection once the outbox's turn came.
+func acquiring(sh *shares, ctx context.Context) <-chan *pgx.Conn {
+	got := make(chan *pgx.Conn, 1)
+	go func() { got <- acquire(sh, ctx) }()
+	return got
+}
+
+func release(sh *shares, conn *pgx.Conn) {
+	sh.TraceRelease(nil, pgxpool.TraceReleaseData{Conn: conn})
+}
+
+// held is the number of connections the outbox ctx names holds.
+func held(sh *shares, ctx context.Context) int {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return ctx.Value(shareKey{}).(*share).held
+}
+
+// mustWait reports whether the outbox ctx names would wait for its next
+// connection.
+func mustWait(sh *shares, ctx context.Context) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return ctx.Value(shareKey{}).(*share).held >= sh.most()
+}
+
+// arrives fails t unless got receives a connection.
+func arrives(t *testing.T, got <-chan *pgx.Conn, what string) {
+	t.Helper()
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal(what)
+	}
+}
+
+// An outbox's share is the pool divided by the outboxes that share it, at
+// least shareFloor and at most what a relay serving it alone would have.
+func TestShares_FairShare(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ outboxes, want int }{
+		{1, shareMost}, {2, shareMost}, {3, 6}, {4, 4}, {6, 3}, {7, 2}, {9, 2}, {10, 2}, {100, 2},
+	} {
+		sh := newShares(sharedPoolSize)
+		for range tc.outboxes {
+			sh.join(context.Background())
+		}
+		if got := sh.most(); got != tc.want {
+			t.Errorf("%d outboxes on a pool of %d: a share of %d, want %d", tc.outboxes, sharedPoolSize, got, tc.want)
+		}
+	}
+}
+
+// Outboxes whose connections stay held (statements waiting on a lock)
+// hold their share each and no more: seven of ten, as in the finding,
+// leave four connections of the pool to the others, and an outbox at its
+// share takes the next one once it released one.
+func TestShares_WaitingOutboxesLeaveTheRestToTheOthers(t *testing.T) {
+	t.Parallel()
+	sh := newShares(sharedPoolSize)
+	var outboxes []context.Context
+	for range 10 {
+		ctx, _ := sh.join(context.Background())
+		outboxes = append(outboxes, ctx)
+	}
+	stuck := 0
+	for _, ctx := range outboxes[:7] {
+		for !mustWait(sh, ctx) {
+			acquire(sh, ctx)
+			stuck++
+		}
+	}
+	if free := sharedPoolSize - stuck; free != 4 {
+		t.Fatalf("seven waiting outboxes leave %d connections of %d, want 4", free, sharedPoolSize)
+	}
+	other := outboxes[9]
+	first := acquire(sh, other)
+	acquire(sh, other)
+	if !mustWait(sh, other) {
+		t.Fatalf("an outbox holding %d may take another", held(sh, other))
+	}
+	next := acquiring(sh, other)
+	release(sh, first)
+	arrives(t, next, "the outbox's released connection did not let it take the next")
+}
+
+// When outboxes leave, the share of those that stay grows, and one waiting
+// for its next connection takes it.
+func TestShares_LeavingOutboxesGrowTheOthersShare(t *testing.T) {
+	t.Parallel()
+	sh := newShares(sharedPoolSize)
+	a, _ := sh.join(context.Background())
+	var leaves []func()
+	for range 9 {
+		_, leave := sh.join(context.Background())
+		leaves = append(leaves, leave)
+	}
+	for !mustWait(sh, a) {
+		acquire(sh, a)
+	}
+	next := acquiring(sh, a)
+	for _, leave := range leaves {
+		leave()
+	}
+	arrives(t, next, "the outbox left alone did not take its next connection")
+	if got := held(sh, a); got != shareFloor+1 {
+		t.Errorf("the outbox holds %d, want %d", got, shareFloor+1)
+	}
+}
+
+// An Acquire whose context ends while it waits fails without counting a
+// connection; one that fails after its turn came gives the place back; an
+// Acquire for no outbox is not counted.
+func TestShares_FailedOrUncountedAcquiresHoldNothing(t *testing.T) {
+	t.Parallel()
+	sh := newShares(sharedPoolSize)
+	a, _ := sh.join(context.Background())
+	for range shareMost {
+		acquire(sh, a)
+	}
+	ctx, cancel := context.WithCancel(a)
+	cancel()
+	ctx = sh.TraceAcquireStart(ctx, nil, pgxpool.TraceAcquireStartData{})
+	sh.TraceAcquireEnd(ctx, nil, pgxpool.TraceAcquireEndData{Err: context.Canceled})
+	b, _ := sh.join(context.Background())
+	ctx = sh.TraceAcquireStart(b, nil, pgxpool.TraceAcquireStartData{})
+	sh.TraceAcquireEnd(ctx, nil, pgxpool.TraceAcquireEndData{Err: errors.New("connect: refused")})
+	release(sh, acquire(sh, context.Background()))
+	if got, gotB := held(sh, a), held(sh, b); got != shareMost || gotB != 0 || len(sh.holder) != shareMost {
+		t.Errorf("held %d and %d (%d connections named), want %d and 0", got, gotB, len(sh.holder), shareMost)
+	}
+}
