@@ -74,7 +74,7 @@ func CheckMessage(m *Message) error {
 		return err
 	}
 	for k, v := range m.Headers {
-		if !isToken(k) {
+		if !ValidHeaderName(k) {
 			return Permanent(fmt.Errorf("header name %q is not an HTTP token (letters, digits and !#$%%&'*+-.^_`|~)", clipped(k)))
 		}
 		if strings.ContainsAny(v, "\r\n\x00") {
@@ -92,9 +92,9 @@ func CheckMessage(m *Message) error {
 	return nil
 }
 
-// isToken reports whether s is an HTTP token: one or more of the
+// ValidHeaderName reports whether s is an HTTP token: one or more of the
 // characters RFC 9110 allows in a header name.
-func isToken(s string) bool {
+func ValidHeaderName(s string) bool {
 	if s == "" {
 		return false
 	}

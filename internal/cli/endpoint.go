@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,9 +81,14 @@ func (l endpointLimits) withDefaults() endpointLimits {
 	}
 }
 
-// listen binds addr. A failure is a configError naming RELAY_HTTP_ADDR.
+// listen binds addr. An address already in use is said so, naming
+// RELAY_HTTP_ADDR (the setting is fine, the port is taken); any other
+// failure is a configError naming it.
 func listen(addr string, limits endpointLimits) (*endpoint, error) {
 	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("cannot listen on %s (RELAY_HTTP_ADDR): the address is already in use, by another relay or another program; stop it, or set RELAY_HTTP_ADDR to a free address", addr)
+	}
 	if err != nil {
 		return nil, &configError{Var: "RELAY_HTTP_ADDR", Value: addr, Reason: err.Error()}
 	}

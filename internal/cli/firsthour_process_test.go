@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -409,5 +410,23 @@ func TestFirstHour_TracingSettingsThatCannotWorkAreRefusedAtStart(t *testing.T) 
 		if code != exitUsage || !strings.Contains(stderr, want) || strings.Contains(stderr, "s3cret") {
 			t.Errorf("%q: exit %d, want %d saying %q without the secret\nstderr: %s", kv, code, exitUsage, want, stderr)
 		}
+	}
+}
+
+// A busy port is not an invalid setting: the relay says the address is in
+// use, naming RELAY_HTTP_ADDR, and exits 1 (it was "invalid
+// RELAY_HTTP_ADDR", exit 2).
+func TestFirstHour_ABusyPortIsSaidToBeInUse(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	db := dbtest.New(t)
+	code, _, stderr, _ := runBinaryWithin(t, 20*time.Second, []string{"DATABASE_URL=" + db.URL, "RELAY_SCHEMA=" + db.Name,
+		"NATS_URL=nats://127.0.0.1:1", "RELAY_HTTP_ADDR=" + ln.Addr().String()}, "run")
+	if code != 1 || !strings.Contains(stderr, "the address is already in use") || !strings.Contains(stderr, "RELAY_HTTP_ADDR") || strings.Contains(stderr, "invalid RELAY_HTTP_ADDR") {
+		t.Errorf("a busy port: exit %d, want 1 saying the address is in use\nstderr: %s", code, stderr)
 	}
 }

@@ -103,7 +103,7 @@ func requestHeader(m *sinks.Message, userAgent string) (http.Header, []string, e
 	// every time.
 	for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
 		v := m.Headers[k]
-		if !validHeaderName(k) {
+		if !sinks.ValidHeaderName(k) {
 			return nil, nil, sinks.Permanent(fmt.Errorf("row header name %q is not an HTTP token", k))
 		}
 		if !validHeaderValue(v) {
@@ -135,23 +135,6 @@ func defaultContentType(payload []byte) string {
 		return contentTypeJSON
 	}
 	return contentTypeBinary
-}
-
-// validHeaderName reports whether s is an RFC 9110 token.
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // validHeaderValue reports whether s can be sent as a header value: no
