@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/internal/liveness"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
@@ -96,8 +97,9 @@ type claimRequest struct {
 // claimLoop claims batches with c and starts their deliveries until ctx
 // ends. It claims again at once while batches come back full and capacity
 // remains, waits a tenth of PollInterval after a claim that found some rows,
-// and PollInterval after an empty one, unless c is woken.
-func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c claimer, health *claimHealth) {
+// and PollInterval after an empty one, unless c is woken. It beats live at
+// every turn, and its pauses are live's waits.
+func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c claimer, health *claimHealth, live *liveness.Loop) {
 	failures := 0
 	var failing reminder
 	var lastRows time.Time     // when a claim last found rows
@@ -106,6 +108,7 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 	// waiting is when the loop began to wait for room in flight.
 	full, waiting := false, time.Time{}
 	for ctx.Err() == nil {
+		live.Beat()
 		// Taken before the claim: a notification, or rows found by another
 		// loop, during the claim ends the pause after it.
 		notified, found := r.notified.wait(), r.found.wait()
@@ -132,6 +135,7 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 			// Every sink is unavailable, or one is at capacity (or has
 			// no room for a whole batch, above): wait for a settle to free
 			// capacity, or poll availability.
+			live.Wait()
 			waitCtx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
 			_ = r.inflight.waitFreed(waitCtx)
 			cancel()
@@ -177,6 +181,7 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 				r.log.Error("claims still fail; retrying", "claiming", c.what, "for", now.Sub(failing.since).Round(time.Second),
 					"consecutive_failures", failures, "err", redactConnError(err), "retry_in", wait)
 			}
+			live.Wait()
 			sleep(ctx, wait)
 			continue
 		}
@@ -194,6 +199,7 @@ func (r *Relay) claimLoop(ctx context.Context, deliverCtx context.Context, c cla
 			r.idlePause.Store(int64(idle))
 		}
 		full = len(batch) == limit
+		live.Wait()
 		switch {
 		case len(batch) == limit:
 			// A full batch: more are waiting, claim again at once.
@@ -277,7 +283,7 @@ func (r *Relay) claimArgs(req claimRequest) pgx.StrictNamedArgs {
 		"lease":        r.cfg.Lease,
 		"byte_budget":  req.bytes,
 		"oversized":    req.oversized,
-		"payload_max":  r.cfg.MaxInFlightBytes,
+		"payload_max":  r.payloadMax(),
 		"floor":        r.floor.current(),
 	}
 }
@@ -424,8 +430,20 @@ func (r *Relay) tooLargeReason(tooLarge string) string {
 	e := &sinks.LimitError{What: part, Size: n, Limit: "the relay's limit on a row's " + part, Max: rowPartLimit(part)}
 	if part == "payload" {
 		e.Limit, e.Max = "RELAY_MAX_IN_FLIGHT_BYTES", r.cfg.MaxInFlightBytes
+		if r.payloadMax() < r.cfg.MaxInFlightBytes {
+			e.Limit, e.Max = "RELAY_MAX_PAYLOAD_BYTES", r.cfg.MaxPayloadBytes
+		}
 	}
 	return "the relay does not read this row: " + e.Error()
+}
+
+// payloadMax is the most payload bytes a claim reads of a row: the
+// in-flight byte budget, or RELAY_MAX_PAYLOAD_BYTES when lower.
+func (r *Relay) payloadMax() int64 {
+	if m := r.cfg.MaxPayloadBytes; m > 0 && m < r.cfg.MaxInFlightBytes {
+		return m
+	}
+	return r.cfg.MaxInFlightBytes
 }
 
 // rowPartLimit returns the most bytes a claim reads of a row's part other

@@ -66,6 +66,11 @@ type Config struct {
 	// larger than the whole budget is claimed without its payload and
 	// dead-lettered as permanent. Default MaxInFlightBytesDefault.
 	MaxInFlightBytes int64
+	// MaxPayloadBytes, when set, is the most payload bytes of a row
+	// (RELAY_MAX_PAYLOAD_BYTES): a larger payload is dead-lettered as
+	// permanent without being read, as one over MaxInFlightBytes is.
+	// 0: MaxInFlightBytes alone bounds it.
+	MaxPayloadBytes int64
 	// PollInterval is the pause after a claim that found nothing
 	// (RELAY_POLL_INTERVAL); after a claim that found rows but was not full
 	// the pause is a tenth of it, and after a full one there is none.

@@ -1,6 +1,10 @@
 package relay
 
-import "github.com/outbox-relay/outbox-relay/relay/internal/buckets"
+import (
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/relay/internal/buckets"
+)
 
 // NotifyChannel exposes notifyChannel to the external tests.
 var NotifyChannel = notifyChannel
@@ -8,3 +12,8 @@ var NotifyChannel = notifyChannel
 // LockBucketsRound opens a rebalancing round in a transaction, as a relay
 // does (buckets.Lock).
 var LockBucketsRound = buckets.Lock
+
+// SetLivenessThreshold sets how long r's loops may work without coming
+// round before r is not live (three leases, at least two minutes, by
+// default), before r runs: the tests' stalls end sooner.
+func SetLivenessThreshold(r *Relay, d time.Duration) { r.live = newLiveness(r, d) }

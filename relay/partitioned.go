@@ -13,6 +13,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/internal/buckets"
+	"github.com/outbox-relay/outbox-relay/relay/internal/liveness"
 )
 
 // partitioned gives each relay a share of the 64 buckets (the buckets
@@ -28,6 +29,9 @@ type partitioned struct {
 	settle settleStatements
 	// failing follows the owner's failed rounds, for the log.
 	failing reminder
+	// live beats at every round of the owner (run). Its pauses between
+	// rounds are a renewal interval at most (1 s), so it does not wait.
+	live *liveness.Loop
 }
 
 // backlogBuckets is how many buckets a claim walks during a backlog: each
@@ -199,11 +203,16 @@ func (m *partitioned) settled(items []outcome) {
 
 // run keeps the relay's share of the buckets until ctx ends, then releases
 // them.
-func (m *partitioned) run(ctx context.Context) { m.owner.Run(ctx) }
+func (m *partitioned) run(ctx context.Context) {
+	m.live = m.r.live.Start("bucket owner")
+	defer m.live.Done()
+	m.owner.Run(ctx)
+}
 
 // roundDone logs the owner's failed rounds, once when they begin, then as
-// reminders, and when they work again.
+// reminders, and when they work again, and beats m.live.
 func (m *partitioned) roundDone(err error) {
+	m.live.Beat()
 	now := time.Now()
 	switch {
 	case err != nil && m.failing.begin(now):

@@ -11,13 +11,15 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/internal/liveness"
 )
 
-// Relays record that they are alive every heartbeatInterval; a relay not
-// seen for aliveFor is taken for gone, and its row is deleted after
-// forgetAfter.
+// Relays record that they are alive every heartbeatInterval, each record
+// given up after heartbeatTimeout; a relay not seen for aliveFor is taken
+// for gone, and its row is deleted after forgetAfter.
 const (
 	heartbeatInterval = 10 * time.Second
+	heartbeatTimeout  = heartbeatInterval / 2
 	aliveFor          = 3 * heartbeatInterval
 	forgetAfter       = 24 * time.Hour
 )
@@ -189,11 +191,15 @@ func (r *Relay) heartbeat(ctx context.Context, db queryRower) (outbox.Mode, erro
 
 // heartbeatLoop records every heartbeatInterval that the relay is alive and
 // checks that the schema's mode is still its own; it returns an error when
-// the mode changed. At a clean shutdown the relay leaves the registry.
-func (r *Relay) heartbeatLoop(ctx context.Context) error {
+// the mode changed. At a clean shutdown the relay leaves the registry. Each
+// record is given up after heartbeatTimeout: a database that stops
+// answering without closing the connection (a network partition, a proxy
+// that hangs) must not hold the loop. It beats live once per record.
+func (r *Relay) heartbeatLoop(ctx context.Context, live *liveness.Loop) error {
 	t := time.NewTicker(heartbeatInterval)
 	defer t.Stop()
 	for {
+		live.Wait()
 		select {
 		case <-ctx.Done():
 			leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -202,7 +208,10 @@ func (r *Relay) heartbeatLoop(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		recorded, err := r.heartbeat(ctx, r.pool)
+		live.Beat()
+		beatCtx, cancel := context.WithTimeout(ctx, heartbeatTimeout)
+		recorded, err := r.heartbeat(beatCtx, r.pool)
+		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:
 			r.log.Warn("record heartbeat", "err", err)

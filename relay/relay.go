@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outbox-relay/outbox-relay/relay/internal/liveness"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
@@ -82,6 +83,9 @@ type Relay struct {
 	// claimSampler says which claims are measured (claimsample.go).
 	floor        *claimFloor
 	claimSampler claimSampler
+	// live follows the claim, settle and heartbeat loops and the bucket
+	// owner (Live; live.go).
+	live *liveness.Monitor
 }
 
 // New returns a relay over pool, which must reach a database migrated by
@@ -107,6 +111,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		floor:    newFloor(),
 	}
 	r.idlePause.Store(int64(cfg.PollInterval))
+	r.live = newLiveness(r, livenessThreshold(cfg.Lease))
 	if cfg.Notify {
 		r.notify = cfg.Listener
 		if r.notify == nil {
@@ -158,8 +163,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer cancelSettle()
 
 	var settling sync.WaitGroup
-	for range settlers {
-		settling.Go(func() { r.settleLoop(settleCtx, r.settleCh) })
+	for i := range settlers {
+		live := r.live.Start(fmt.Sprintf("settle loop %d", i+1))
+		settling.Go(func() {
+			defer live.Done()
+			r.settleLoop(settleCtx, r.settleCh, live)
+		})
 	}
 	// The mode's own work goes on until everything is settled.
 	modeCtx, stopMode := context.WithCancel(context.WithoutCancel(ctx))
@@ -172,6 +181,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	background.Go(func() { r.rescanLoop(runCtx) })
 	background.Go(func() { r.retentionLoop(runCtx) })
 	background.Go(func() { r.failures.loop(runCtx) })
+	background.Go(func() { r.live.Run(runCtx) })
 	if r.notify != nil {
 		notified, unsubscribe := r.notify.subscribe(r.cfg.Schema)
 		defer unsubscribe()
@@ -180,8 +190,10 @@ func (r *Relay) Run(ctx context.Context) error {
 			background.Go(func() { r.notify.Run(runCtx) })
 		}
 	}
+	heartbeat := r.live.Start("heartbeat loop")
 	background.Go(func() {
-		if err := r.heartbeatLoop(runCtx); err != nil {
+		defer heartbeat.Done()
+		if err := r.heartbeatLoop(runCtx, heartbeat); err != nil {
 			r.log.Error("stopping", "err", err)
 			stop(err)
 		}
@@ -192,7 +204,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	checkAutovacuum(runCtx, r.pool, r.q.autovacuum, r.cfg.Schema, r.log)
 	var claiming sync.WaitGroup
 	for i, c := range r.mode.claimers() {
-		claiming.Go(func() { r.claimLoop(runCtx, deliverCtx, c, &r.claimHealth[i]) })
+		live := r.live.Start(fmt.Sprintf("claim loop %d (%s)", i+1, c.what))
+		claiming.Go(func() {
+			defer live.Done()
+			r.claimLoop(runCtx, deliverCtx, c, &r.claimHealth[i], live)
+		})
 	}
 	claiming.Wait()
 	r.draining.Store(true)

@@ -9,14 +9,19 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/relay/internal/liveness"
 )
 
 // settleLoop writes down outcomes until in is closed. Whatever has arrived
 // while the previous round trip ran is settled together, so the batch grows
-// with the load and a lone outcome is settled at once.
-func (r *Relay) settleLoop(ctx context.Context, in <-chan []outcome) {
+// with the load and a lone outcome is settled at once. It beats live once
+// per batch, and waits for outcomes as live's Wait.
+func (r *Relay) settleLoop(ctx context.Context, in <-chan []outcome, live *liveness.Loop) {
 	maxRows := 2 * r.cfg.BatchSize
+	live.Wait()
 	for first := range in {
+		live.Beat()
 		items := first
 	gather:
 		for len(items) < maxRows {
@@ -41,6 +46,7 @@ func (r *Relay) settleLoop(ctx context.Context, in <-chan []outcome) {
 			r.inflight.done(sink, n)
 			r.metrics.InFlight.WithLabelValues(sink).Sub(float64(n))
 		}
+		live.Wait()
 	}
 }
 

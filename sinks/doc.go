@@ -44,8 +44,9 @@
 //     never take, as Permanent: nothing a row holds may close a
 //     connection. A client that gives up reconnecting must be replaced.
 //  8. Assert var _ sinks.Sink = (*Sink)(nil) and run the conformance suite
-//     (sinktest.Run) and the hostile-row suite (sinktest.RunHostile) from
-//     the package's tests, against a real server started by the test, and
+//     (sinktest.Run) and the hostile-row suite (sinktest.RunHostile, and
+//     sinktest.FuzzHostile from a FuzzHostileRows target) from the
+//     package's tests, against a real server started by the test, and
 //     add the sink to TestProcess_HostileRowsStopNothing in internal/cli,
 //     which runs the same rows through the binary. A sink is not done
 //     until it passes both.

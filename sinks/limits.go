@@ -64,11 +64,14 @@ func (e *LimitError) Error() string {
 // carry, whatever the destination: headers over HeaderBytesMax, a header
 // name that is not an HTTP token (RFC 9110), a header value with a line
 // break or a NUL, an idempotency key that is empty, longer than
-// outbox.IdempotencyKeyBytesMax or holds a control character (it travels
-// as a header everywhere). The table refuses all of these at insert; a row
-// written before that guard, or with triggers off, may still hold them,
-// and must be dead-lettered, not retried. Every sink calls it before
-// sending, then checks its destination's own limits.
+// outbox.IdempotencyKeyBytesMax, holds a control character or starts or
+// ends with a space (it travels as a header everywhere, and NATS and HTTP
+// trim a header value: JetStream would take "k " for a duplicate of "k",
+// and a webhook receiver would check the signature of another id). The
+// table refuses all of these at insert but the outer spaces; a row written
+// before that guard, or with triggers off, may still hold them, and must
+// be dead-lettered, not retried. Every sink calls it before sending, then
+// checks its destination's own limits.
 func CheckMessage(m *Message) error {
 	if err := CheckHeaderBudget(m); err != nil {
 		return err
@@ -88,6 +91,8 @@ func CheckMessage(m *Message) error {
 		return Permanent(&LimitError{What: "idempotency key", Size: int64(len(key)), Limit: "the relay's limit on an idempotency key", Max: outbox.IdempotencyKeyBytesMax})
 	case !utf8.ValidString(key) || strings.ContainsFunc(key, unicode.IsControl):
 		return Permanent(errors.New("the idempotency key holds a control character or invalid UTF-8 (it travels as a header)"))
+	case key[0] == ' ' || key[len(key)-1] == ' ':
+		return Permanent(errors.New("the idempotency key starts or ends with a space, which a header value loses"))
 	}
 	return nil
 }

@@ -30,3 +30,20 @@ func TestCheckHeaderBudget(t *testing.T) {
 		t.Errorf("error %q, want %q", err, want)
 	}
 }
+
+func TestCheckMessage_IdempotencyKeyWithOuterSpaceIsPermanent(t *testing.T) {
+	t.Parallel()
+	// NATS and HTTP trim a header value: "k " would arrive as "k".
+	for _, key := range []string{"k ", " k", " "} {
+		m := &sinks.Message{Message: outbox.Message{IdempotencyKey: key}}
+		if err := sinks.CheckMessage(m); !sinks.IsPermanent(err) {
+			t.Errorf("key %q: %v, want a permanent error", key, err)
+		}
+	}
+	for _, key := range []string{"k k", "k\u00a0", "\u3000k"} {
+		m := &sinks.Message{Message: outbox.Message{IdempotencyKey: key}}
+		if err := sinks.CheckMessage(m); err != nil {
+			t.Errorf("key %q: %v, want nil", key, err)
+		}
+	}
+}

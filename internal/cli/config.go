@@ -15,6 +15,7 @@ import (
 	"github.com/caarlos0/env/v11"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -44,6 +45,7 @@ type config struct {
 	BatchSize        int           `env:"RELAY_BATCH_SIZE" envDefault:"1000" doc:"Rows per claim." allowed:"an integer from 1 to 100000"`
 	MaxInFlight      int           `env:"RELAY_MAX_IN_FLIGHT" doc:"Rows claimed and not yet settled, per sink, before claiming pauses. Default: 4 × RELAY_BATCH_SIZE." allowed:"an integer of at least RELAY_BATCH_SIZE"`
 	MaxInFlightBytes int64         `env:"RELAY_MAX_IN_FLIGHT_BYTES" envDefault:"67108864" doc:"Payload bytes of the rows claimed and not yet settled, over all sinks, before claiming pauses: the relay's memory follows it whatever the payload sizes. A row whose payload is larger is dead-lettered as permanent without its payload being read, naming this variable. Default 64 MiB." allowed:"an integer number of bytes of at least 65536"`
+	MaxPayloadBytes  int64         `env:"RELAY_MAX_PAYLOAD_BYTES" doc:"When set, the most bytes of a row's payload: applied to the table with the migrations (RELAY_MIGRATE=true or outbox-relay migrate) as an insert trigger that refuses a larger payload in the producer's own transaction, naming the limit; a larger payload already in the table is dead-lettered as permanent without being read. Unset or 0: no limit at insert (a limit set before stays), and payloads over RELAY_MAX_IN_FLIGHT_BYTES are dead-lettered unread." allowed:"0, or an integer number of bytes from 1 to 1073741824"`
 	PollInterval     time.Duration `env:"RELAY_POLL_INTERVAL" envDefault:"50ms" doc:"Pause after a claim that found nothing (±20% jitter); a tenth of it after a claim that found some rows, so a steady stream is not held up, the two claim loops taking turns (one claims a twentieth after the other); none after a full batch. An idle relay delivers within about this long of the commit." allowed:"a duration from 1ms to 1m, like 50ms"`
 	Lease            time.Duration `env:"RELAY_LEASE" envDefault:"30s" doc:"How long a claim holds its rows. Deliveries are cut off at 80% of it, and a request that could not finish by then is not started; an expired lease makes the rows claimable again." allowed:"a duration of at least 2s and at least 5/3 of every sink timeout (NATS_ACK_TIMEOUT, WEBHOOK_TIMEOUT, KAFKA_PRODUCE_TIMEOUT, RABBITMQ_CONFIRM_TIMEOUT)"`
 	Ordered          bool          `env:"RELAY_ORDERED" envDefault:"false" doc:"The alias of RELAY_MODE=ordered, kept for the configurations that set it. Per-key FIFO: at most one message per key at a destination at a time across all relays (a key's queued rows are claimed together and each is sent once the one before it is acknowledged), each key delivered in insert (id) order; a failing message, its Retry-After included, holds up its own key only (until delivered or dead-lettered). Rows without a key are never held up. Every relay on a schema must run the same mode: one that disagrees with the relays alive refuses to start." allowed:"true or false"`
@@ -282,6 +284,8 @@ func (c *config) validate() error {
 		return c.refuse("RELAY_MAX_IN_FLIGHT", fmt.Sprintf("below RELAY_BATCH_SIZE=%d", c.BatchSize))
 	case c.MaxInFlightBytes < 65536:
 		return c.refuse("RELAY_MAX_IN_FLIGHT_BYTES", "too small")
+	case c.MaxPayloadBytes < 0 || c.MaxPayloadBytes > migrations.PayloadLimitMax:
+		return c.refuse("RELAY_MAX_PAYLOAD_BYTES", "out of range")
 	case c.PollInterval < time.Millisecond || c.PollInterval > time.Minute:
 		return c.refuse("RELAY_POLL_INTERVAL", "out of range")
 	case c.Lease < 2*time.Second:

@@ -183,13 +183,20 @@ func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) 
 }
 
 // applyMigrations brings schema to the latest version.
-func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string) (int, error) {
+func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, payloadLimit int64) (int, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("connect to database: %w", err)
 	}
 	defer conn.Release()
-	return migrations.Apply(ctx, conn.Conn(), schema)
+	n, err := migrations.Apply(ctx, conn.Conn(), schema)
+	if err != nil {
+		return n, err
+	}
+	if _, err := migrations.SetPayloadLimit(ctx, conn.Conn(), schema, payloadLimit); err != nil {
+		return n, fmt.Errorf("RELAY_MAX_PAYLOAD_BYTES: %w", err)
+	}
+	return n, nil
 }
 
 // checkSchema refuses a schema that is not at the version this binary

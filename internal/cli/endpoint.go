@@ -21,13 +21,16 @@ import (
 // listens before anything else happens, so that a port conflict is found
 // before the schema is touched and /livez answers while the relay still
 // waits for its database; /readyz says what the relay is waiting for until
-// the relay takes over the answer. It has no authentication: what bounds
-// what a client can make it hold is endpointLimits.
+// the relay takes over the answer. /livez fails only when a relay is stuck
+// (setLive): waiting for a database or a broker is not a reason to restart.
+// It has no authentication: what bounds what a client can make it hold is
+// endpointLimits.
 type endpoint struct {
 	ln     *connLimit
 	limits endpointLimits
 	srv    *http.Server
 	ready  atomic.Pointer[func(context.Context) error]
+	live   atomic.Pointer[func() error]
 }
 
 // The endpoint's bounds by default (docs/security.md, Endpoints, lists
@@ -109,6 +112,12 @@ func (e *endpoint) setReady(f func(context.Context) error) {
 	e.ready.Store(&f)
 }
 
+// setLive makes /livez answer with f: 200 while it returns nil, 503 with
+// its error otherwise. Until it is called, /livez answers 200.
+func (e *endpoint) setLive(f func() error) {
+	e.live.Store(&f)
+}
+
 // addr is the address the endpoint listens on.
 func (e *endpoint) addr() net.Addr {
 	return e.ln.Addr()
@@ -119,6 +128,12 @@ func (e *endpoint) serve(gatherer prometheus.Gatherer, log *slog.Logger) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		if live := e.live.Load(); live != nil {
+			if err := (*live)(); err != nil {
+				http.Error(w, "not live: "+readinessText(err), http.StatusServiceUnavailable)
+				return
+			}
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {

@@ -327,3 +327,48 @@ func TestProcess_RelaysWithAnotherDefaultSinkAreRefused(t *testing.T) {
 		t.Error("the first relay stopped")
 	}
 }
+
+// TestProcess_MaxPayloadBytesRefusesLargePayloadsAtInsert: with
+// RELAY_MAX_PAYLOAD_BYTES the migrations bound the payload of new rows, so
+// a producer learns it from its own insert (the error gives the limit), a larger payload written before is dead-lettered unread naming
+// the setting, and `migrate` moves the bound.
+func TestProcess_MaxPayloadBytesRefusesLargePayloadsAtInsert(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	srv := natstest.Start(t)
+	srv.CreateStream(t, "EVENTS", "events.>")
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.a', convert_to(repeat('x', 2000), 'UTF8'), 'before-the-limit')`)
+	p := startProcess(t, relayEnv(db, srv, "RELAY_MAX_PAYLOAD_BYTES=1024")...)
+	p.waitLog(`"relay started"`)
+	wantPermanent(t, db, "before-the-limit", "payload of 2000 bytes exceeds RELAY_MAX_PAYLOAD_BYTES of 1024 bytes")
+
+	insert := func(size int) error {
+		_, err := db.Pool.Exec(context.Background(), "INSERT INTO "+db.Table("messages")+" (topic, payload) VALUES ('events.a', convert_to(repeat('y', $1), 'UTF8'))", size)
+		return err
+	}
+	if err := insert(1025); err == nil || !strings.Contains(err.Error(), "payload must be at most 1024 bytes (RELAY_MAX_PAYLOAD_BYTES), not 1025") {
+		t.Errorf("a 1025-byte payload: %v, want the insert refused naming the limit", err)
+	}
+	if err := insert(1024); err != nil {
+		t.Errorf("a 1024-byte payload: %v", err)
+	}
+	relaytest.WaitDrained(t, db, 30*time.Second)
+	if n := srv.Count(t, "EVENTS"); n != 1 {
+		t.Errorf("the stream holds %d messages, want the 1024-byte one", n)
+	}
+
+	env := []string{"DATABASE_URL=" + db.URL, "RELAY_SCHEMA=" + db.Name, "RELAY_MAX_PAYLOAD_BYTES=4096"}
+	if code, stdout, stderr, _ := runBinaryWithin(t, 30*time.Second, env, "migrate"); code != 0 {
+		t.Fatalf("migrate: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if err := insert(4000); err != nil {
+		t.Errorf("a 4000-byte payload after migrate moved the bound to 4096: %v", err)
+	}
+	if err := insert(4097); err == nil || !strings.Contains(err.Error(), "payload must be at most 4096 bytes") {
+		t.Errorf("a 4097-byte payload: %v, want the insert refused naming the limit", err)
+	}
+	_, stdout, _, _ := runBinaryWithin(t, 10*time.Second, env, "migrate", "--print")
+	if !strings.Contains(stdout, "IF octet_length(NEW.payload) > 4096 THEN") || !strings.Contains(stdout, "CREATE TRIGGER messages_payload_limit") {
+		t.Errorf("migrate --print does not print the payload bound:\n%.2000s", stdout[max(0, len(stdout)-2000):])
+	}
+}

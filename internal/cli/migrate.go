@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
@@ -38,7 +39,7 @@ func cmdMigrate(ctx context.Context, inv *Invocation, args []string) error {
 	pools := newAdminPools()
 	defer pools.close()
 	if one != nil {
-		return migrateOutbox(ctx, inv.Stdout, pools, *one)
+		return migrateOutbox(ctx, inv.Stdout, pools, *one, c.MaxPayloadBytes)
 	}
 	failed, schemas := 0, 0
 	for _, o := range listOutboxes(ctx, ts, pools) {
@@ -49,7 +50,7 @@ func cmdMigrate(ctx context.Context, inv *Invocation, args []string) error {
 		schemas++
 		err := o.Err
 		if err == nil {
-			err = migrateOutbox(ctx, inv.Stdout, pools, o.outboxRef)
+			err = migrateOutbox(ctx, inv.Stdout, pools, o.outboxRef, c.MaxPayloadBytes)
 		}
 		if err != nil {
 			failed++
@@ -83,18 +84,23 @@ func printMigrations(w io.Writer, c *config, schema string) error {
 	if err != nil {
 		return err
 	}
+	if c.MaxPayloadBytes > 0 {
+		sql += "\n-- RELAY_MAX_PAYLOAD_BYTES: payloads of at most " + strconv.FormatInt(c.MaxPayloadBytes, 10) + " bytes\n" +
+			migrations.PayloadLimitSQL(schema, c.MaxPayloadBytes, true)
+	}
 	_, err = io.WriteString(w, sql)
 	return err
 }
 
 // migrateOutbox brings o's schema to the latest version, creating it if
-// needed, and says so in one line.
-func migrateOutbox(ctx context.Context, w io.Writer, pools *adminPools, o outboxRef) error {
+// needed, bounds its payloads to payloadLimit bytes when set
+// (RELAY_MAX_PAYLOAD_BYTES), and says so in one line.
+func migrateOutbox(ctx context.Context, w io.Writer, pools *adminPools, o outboxRef, payloadLimit int64) error {
 	pool, err := pools.get(ctx, o.DatabaseURL)
 	if err != nil {
 		return err
 	}
-	n, err := applyMigrations(ctx, pool, o.Schema)
+	n, err := applyMigrations(ctx, pool, o.Schema, payloadLimit)
 	if permissionDenied(err) {
 		return fmt.Errorf("%w: this database user may not create or change schema %s. Run `outbox-relay migrate` as the schema's owner "+
 			"(a DBA may create the schema for it: CREATE SCHEMA %s AUTHORIZATION <owner>), or have a DBA apply `outbox-relay migrate --print`", err, o.Schema, o.Schema)

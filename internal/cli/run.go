@@ -107,12 +107,13 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 		OpenPool:      openPool,
 		WaitDatabase:  waitForDatabase,
 		Prepare: func(ctx context.Context, pool *pgxpool.Pool, schema string, log *slog.Logger) error {
-			return prepareSchema(ctx, pool, schema, s.Migrate, log)
+			return prepareSchema(ctx, pool, schema, s.Migrate, s.Relay.MaxPayloadBytes, log)
 		},
 		Logger: log,
 	})
 	if ep != nil {
 		ep.setReady(f.Ready)
+		ep.setLive(f.Live)
 	}
 	err = f.Run(ctx)
 	var conflict *relay.ModeConflictError
@@ -135,11 +136,11 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 // prepareSchema readies an outbox's schema for its relay: with migrate
 // (RELAY_MIGRATE=true) it applies the pending migrations, else it checks
 // the schema's version.
-func prepareSchema(ctx context.Context, pool *pgxpool.Pool, schema string, migrate bool, log *slog.Logger) error {
+func prepareSchema(ctx context.Context, pool *pgxpool.Pool, schema string, migrate bool, payloadLimit int64, log *slog.Logger) error {
 	if !migrate {
 		return checkSchema(ctx, pool, schema)
 	}
-	n, err := applyMigrations(ctx, pool, schema)
+	n, err := applyMigrations(ctx, pool, schema, payloadLimit)
 	if permissionDenied(err) {
 		return fmt.Errorf("apply the migrations at start (RELAY_MIGRATE=true): %w: this database user may not create or change schema %s. "+
 			"Run the relay with RELAY_MIGRATE=false, and have the schema's owner apply the migrations (at install and at every upgrade) with `outbox-relay migrate`, "+

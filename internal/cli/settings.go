@@ -73,6 +73,7 @@ func settingsOf(c *config, version string) settings {
 			BatchSize:         c.BatchSize,
 			MaxInFlight:       c.MaxInFlight,
 			MaxInFlightBytes:  c.MaxInFlightBytes,
+			MaxPayloadBytes:   c.MaxPayloadBytes,
 			PollInterval:      c.PollInterval,
 			IdlePollInterval:  c.idlePollInterval(),
 			Lease:             c.Lease,

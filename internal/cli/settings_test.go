@@ -54,6 +54,7 @@ var sampleValues = map[string]string{
 	"RELAY_BATCH_SIZE":                   "250",
 	"RELAY_MAX_IN_FLIGHT":                "9000",
 	"RELAY_MAX_IN_FLIGHT_BYTES":          "16777216",
+	"RELAY_MAX_PAYLOAD_BYTES":            "1048576",
 	"RELAY_POLL_INTERVAL":                "200ms",
 	"RELAY_LEASE":                        "45s",
 	"RELAY_ORDERED":                      "true",

@@ -460,6 +460,37 @@ func (f *Fleet) Ready(ctx context.Context) error {
 	return fmt.Errorf("%d of %d outboxes cannot work: %s", len(problems), total, strings.Join(problems, "; "))
 }
 
+// Live reports whether every outbox's relay still turns (relay.Relay.Live):
+// its error names each outbox whose relay is stuck, and why. An outbox
+// whose relay does not run (waiting for its database, tried again after a
+// failure) is live: it recovers by itself. A relay draining at shutdown is
+// checked until it has stopped.
+func (f *Fleet) Live() error {
+	f.mu.Lock()
+	obs := make([]*outboxRun, 0, len(f.outboxes))
+	for _, ob := range f.outboxes {
+		obs = append(obs, ob)
+	}
+	f.mu.Unlock()
+	slices.SortFunc(obs, func(a, b *outboxRun) int { return cmp.Compare(a.name(), b.name()) })
+	var problems []string
+	for _, ob := range obs {
+		ob.mu.Lock()
+		r := ob.relay
+		ob.mu.Unlock()
+		if r == nil {
+			continue
+		}
+		if err := r.Live(); err != nil {
+			problems = append(problems, ob.name()+": "+err.Error())
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d outboxes are stuck: %s", len(problems), len(obs), strings.Join(problems, "; "))
+}
+
 // Served returns the outboxes served now, as tenant/schema (schema alone
 // when the tenant is unnamed), sorted.
 func (f *Fleet) Served() []string {

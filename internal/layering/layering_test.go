@@ -29,8 +29,9 @@ var allowed = []struct {
 	{"sinks", []string{"outbox"}},
 	{"sinks/sinktest", []string{"sinks", "outbox"}},
 	{"sinks/...", []string{"sinks", "outbox"}}, // each destination: never relay, never another sink
-	{"relay", []string{"sinks", "outbox", "relay/internal/buckets"}},
-	{"relay/internal/buckets", nil}, // the lease protocol: pgx and the standard library only
+	{"relay", []string{"sinks", "outbox", "relay/internal/buckets", "relay/internal/liveness"}},
+	{"relay/internal/buckets", nil},  // the lease protocol: pgx and the standard library only
+	{"relay/internal/liveness", nil}, // whether the loops come round: the standard library only
 	{"relay/admin", []string{"outbox"}},
 	{"internal/cli", []string{"internal/fleet", "relay", "relay/admin", "sinks", "sinks/...", "outbox", "migrations", "internal/bench", "internal/gctune"}},
 	{"internal/fleet", []string{"relay", "outbox"}}, // one relay per outbox: never the CLI, never a sink

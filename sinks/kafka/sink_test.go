@@ -24,7 +24,7 @@ const topic = prefix + sinktest.Topic
 
 // harness makes the sinks the conformance and hostile-row suites run against.
 var harness = sinktest.Harness{
-	New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
+	New: func(t testing.TB) (sinks.Sink, sinktest.Destination) {
 		c := kafkatest.Start(t)
 		c.CreateTopic(t, topic, 3)
 		return newSink(t, c, nil), &destination{c: c}
@@ -42,6 +42,10 @@ func TestSink_Conformance(t *testing.T) {
 func TestSink_HostileRows(t *testing.T) {
 	t.Parallel()
 	sinktest.RunHostile(t, harness)
+}
+
+func FuzzHostileRows(f *testing.F) {
+	sinktest.FuzzHostile(f, harness)
 }
 
 // destination is the suite's topic as the suite sees it.
@@ -82,7 +86,7 @@ func header(r *kgo.Record, name string) string {
 
 // newSink returns a sink producing to c under prefix, connected, closed at
 // cleanup. configure, when set, changes its Config first.
-func newSink(t *testing.T, c *kafkatest.Cluster, configure func(*kafkasink.Config)) *kafkasink.Sink {
+func newSink(t testing.TB, c *kafkatest.Cluster, configure func(*kafkasink.Config)) *kafkasink.Sink {
 	t.Helper()
 	cfg := kafkasink.Config{
 		Brokers:        c.Brokers(),

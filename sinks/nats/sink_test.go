@@ -27,7 +27,7 @@ const (
 
 // harnessJetStream makes the sinks the conformance and hostile-row suites run against.
 var harnessJetStream = sinktest.Harness{
-	New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
+	New: func(t testing.TB) (sinks.Sink, sinktest.Destination) {
 		srv := natstest.Start(t)
 		srv.CreateStream(t, stream, prefix+">")
 		return newSink(t, srv, true), &streamDestination{srv: srv}
@@ -45,9 +45,13 @@ func TestSink_HostileRowsJetStream(t *testing.T) {
 	sinktest.RunHostile(t, harnessJetStream)
 }
 
+func FuzzHostileRowsJetStream(f *testing.F) {
+	sinktest.FuzzHostile(f, harnessJetStream)
+}
+
 // harnessCore makes the sinks the conformance and hostile-row suites run against.
 var harnessCore = sinktest.Harness{
-	New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
+	New: func(t testing.TB) (sinks.Sink, sinktest.Destination) {
 		srv := natstest.Start(t)
 		d := &subscriberDestination{srv: srv}
 		nc := srv.Connect(t)
@@ -72,6 +76,10 @@ func TestSink_HostileRowsCore(t *testing.T) {
 	sinktest.RunHostile(t, harnessCore)
 }
 
+func FuzzHostileRowsCore(f *testing.F) {
+	sinktest.FuzzHostile(f, harnessCore)
+}
+
 // rejectBySubject gives m a topic no NATS server can take.
 func rejectBySubject(m *sinks.Message) { m.Topic = "sinktest.*" }
 
@@ -87,6 +95,18 @@ func (d *streamDestination) Received(t testing.TB) []sinktest.Received {
 }
 
 func (d *streamDestination) Break(testing.TB) { d.srv.Stop() }
+
+func (d *streamDestination) Purge(t testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := d.srv.JetStream().Stream(ctx, stream)
+	if err == nil {
+		err = st.Purge(ctx)
+	}
+	if err != nil {
+		t.Fatalf("purge stream %s: %v", stream, err)
+	}
+}
 
 // subscriberDestination is a core NATS subscriber as the suite sees it.
 type subscriberDestination struct {
@@ -109,6 +129,12 @@ func (d *subscriberDestination) Received(testing.TB) []sinktest.Received {
 
 func (d *subscriberDestination) Break(testing.TB) { d.srv.Stop() }
 
+func (d *subscriberDestination) Purge(testing.TB) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.msgs = nil
+}
+
 func received(m *nats.Msg) sinktest.Received {
 	return sinktest.Received{
 		Topic:          strings.TrimPrefix(m.Subject, prefix),
@@ -119,7 +145,7 @@ func received(m *nats.Msg) sinktest.Received {
 }
 
 // newSink returns a sink publishing to srv under prefix, closed at cleanup.
-func newSink(t *testing.T, srv *natstest.Server, jetStream bool) *natssink.Sink {
+func newSink(t testing.TB, srv *natstest.Server, jetStream bool) *natssink.Sink {
 	t.Helper()
 	s, err := natssink.New(natssink.Config{
 		URL:           srv.URL(),
@@ -174,6 +200,33 @@ func TestSink_MaxPayloadExceededIsPermanent(t *testing.T) {
 		}
 		if errs[0] != nil || errs[2] != nil {
 			t.Errorf("the other messages: %v, %v", errs[0], errs[2])
+		}
+	})
+}
+
+func TestSink_IdempotencyKeyWithOuterSpaceIsPermanent(t *testing.T) {
+	modes(t, func(t *testing.T, jetStream bool) {
+		srv := natstest.Start(t)
+		srv.CreateStream(t, stream, prefix+">")
+		s := newSink(t, srv, jetStream)
+		// nats.go trims a header value: JetStream would take "k " for a
+		// duplicate of "k", report it delivered and store nothing.
+		msgs := sinktest.Messages(t, 3)
+		msgs[1].IdempotencyKey = msgs[0].IdempotencyKey + " "
+		msgs[2].IdempotencyKey = " " + msgs[0].IdempotencyKey
+		errs := deliver(t, s, msgs)
+		if errs[0] != nil {
+			t.Fatalf("key %q: %v", msgs[0].IdempotencyKey, errs[0])
+		}
+		for _, i := range []int{1, 2} {
+			if !sinks.IsPermanent(errs[i]) {
+				t.Errorf("key %q: %v, want a permanent error", msgs[i].IdempotencyKey, errs[i])
+			}
+		}
+		if jetStream {
+			if n := srv.Count(t, stream); n != 1 {
+				t.Errorf("the stream holds %d messages, want 1", n)
+			}
 		}
 	})
 }

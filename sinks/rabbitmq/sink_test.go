@@ -27,7 +27,7 @@ const queue = "events"
 
 // harness makes the sinks the conformance and hostile-row suites run against.
 var harness = sinktest.Harness{
-	New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
+	New: func(t testing.TB) (sinks.Sink, sinktest.Destination) {
 		v := rabbitmqtest.New(t)
 		v.BindQueue(t, queue, rabbitmq.ExchangeDefault, sinktest.Topic, nil)
 		return newSink(t, v, nil), &queueDestination{v: v, queue: queue}
@@ -44,6 +44,10 @@ func TestSink_Conformance(t *testing.T) {
 func TestSink_HostileRows(t *testing.T) {
 	t.Parallel()
 	sinktest.RunHostile(t, harness)
+}
+
+func FuzzHostileRows(f *testing.F) {
+	sinktest.FuzzHostile(f, harness)
 }
 
 // queueDestination is a queue as the suite sees it; Break deletes the
@@ -65,6 +69,13 @@ func (d *queueDestination) Received(t testing.TB) []sinktest.Received {
 }
 
 func (d *queueDestination) Break(t testing.TB) { d.v.Delete(t) }
+
+func (d *queueDestination) Purge(t testing.TB) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.v.Purge(t, d.queue)
+	d.got = nil
+}
 
 // received is a delivery as the suite sees it: content_type is the row's
 // content-type header.

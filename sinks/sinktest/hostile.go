@@ -96,6 +96,7 @@ var edgeStrings = []struct{ name, value string }{
 	{"lf", "a\nb"},
 	{"tab", "a\tb"},
 	{"space", "a b"},
+	{"outer_spaces", " a "},
 	{"del", "a\x7fb"},
 	{"c1_control", "a\u0085b"},
 	{"invalid_utf8", "a\xff\xfeb"},
@@ -133,7 +134,7 @@ func padded(prefix string, n int) string {
 
 // RunHostile runs the hostile-row suite against one sink h makes: each
 // generated row (HostileRows) is delivered in one batch between two
-// ordinary messages. For each, the invariant holds:
+// ordinary messages, and checkHostile checks the invariant for it:
 //
 //   - the hostile row is delivered byte for byte (payload and idempotency
 //     key as sent: no header a row sets changes the key), or refused as a
@@ -147,48 +148,67 @@ func padded(prefix string, n int) string {
 // A topic only the sink's own destination captures (Features.EveryTopic
 // unset) is checked for the last two only: the sink may not be able to
 // tell a topic nobody routes from one it cannot send.
+//
+// FuzzHostile checks the same invariant for generated inputs, seeded with
+// these rows.
 func RunHostile(t *testing.T, h Harness) {
 	t.Helper()
 	sink, dest := h.New(t)
 	for _, row := range HostileRows() {
 		t.Run(row.Name, func(t *testing.T) {
-			msgs := Messages(t, 3)
-			row.Set(&msgs[1])
-			hostile := msgs[1]
-			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-			defer cancel()
-			errs := deliver(t, sink, ctx, msgs)
-			for _, i := range []int{0, 2} {
-				if errs[i] != nil {
-					t.Errorf("an ordinary message beside the hostile row failed: %v", errs[i])
-				}
-			}
-			ordinary := []sinks.Message{msgs[0], msgs[2]}
-			checked := row.Part != "topic" || h.Features.EveryTopic
-			t.Logf("outcome: %v", errs[1])
-			switch err := errs[1]; {
-			case err == nil && checked:
-				got := waitReceived(t, dest, []sinks.Message{msgs[0], hostile, msgs[2]})[hostile.IdempotencyKey]
-				if len(got) != 1 || !bytes.Equal(got[0].Payload, hostile.Payload) || got[0].Topic != hostile.Topic {
-					t.Errorf("the hostile row was reported delivered but arrived as %d messages, not byte for byte", len(got))
-				}
-			case err == nil:
-				waitReceived(t, dest, ordinary)
-			case sinks.IsPermanent(err):
-				waitReceived(t, dest, ordinary)
-				for _, r := range dest.Received(t) {
-					if r.IdempotencyKey == hostile.IdempotencyKey {
-						t.Errorf("the hostile row was refused as permanent (%v) but arrived", err)
-					}
-				}
-			case checked:
-				t.Errorf("the hostile row failed as transient, which the relay retries: %v", clip(err))
-			default:
-				waitReceived(t, dest, ordinary)
-			}
-			checkStillDelivers(t, sink, dest)
+			checkHostile(t, h, sink, dest, row.Set)
 		})
 	}
+}
+
+// checkHostile delivers an ordinary message changed by set between two
+// ordinary ones, in one batch, and checks the invariant RunHostile states.
+// The hostile topic is checked when it is Topic or the destination sees
+// every topic (Features.EveryTopic).
+func checkHostile(t *testing.T, h Harness, sink sinks.Sink, dest Destination, set func(m *sinks.Message)) {
+	t.Helper()
+	msgs := Messages(t, 3)
+	set(&msgs[1])
+	hostile := msgs[1]
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	errs := deliver(t, sink, ctx, msgs)
+	for _, i := range []int{0, 2} {
+		if errs[i] != nil {
+			t.Errorf("an ordinary message beside the hostile row failed: %v", errs[i])
+		}
+	}
+	ordinary := []sinks.Message{msgs[0], msgs[2]}
+	checked := hostile.Topic == Topic || h.Features.EveryTopic
+	t.Logf("outcome: %v", errs[1])
+	switch err := errs[1]; {
+	case err == nil && checked:
+		got := waitReceived(t, dest, []sinks.Message{msgs[0], hostile, msgs[2]})[hostile.IdempotencyKey]
+		switch {
+		case len(got) != 1:
+			t.Errorf("the hostile row was reported delivered but arrived as %d messages", len(got))
+		case got[0].Topic != hostile.Topic:
+			t.Errorf("the hostile row was reported delivered but arrived with topic %s, sent %s",
+				preview([]byte(got[0].Topic)), preview([]byte(hostile.Topic)))
+		case !bytes.Equal(got[0].Payload, hostile.Payload):
+			t.Errorf("the hostile row was reported delivered but arrived with %d bytes %s, sent %d bytes %s",
+				len(got[0].Payload), preview(got[0].Payload), len(hostile.Payload), preview(hostile.Payload))
+		}
+	case err == nil:
+		waitReceived(t, dest, ordinary)
+	case sinks.IsPermanent(err):
+		waitReceived(t, dest, ordinary)
+		for _, r := range dest.Received(t) {
+			if r.IdempotencyKey == hostile.IdempotencyKey {
+				t.Errorf("the hostile row was refused as permanent (%v) but arrived", err)
+			}
+		}
+	case checked:
+		t.Errorf("the hostile row failed as transient, which the relay retries: %v", clip(err))
+	default:
+		waitReceived(t, dest, ordinary)
+	}
+	checkStillDelivers(t, sink, dest)
 }
 
 // checkStillDelivers waits for sink to be available and delivers one more

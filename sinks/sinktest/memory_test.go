@@ -10,7 +10,7 @@ import (
 
 func TestMemory_Conformance(t *testing.T) {
 	sinktest.Run(t, sinktest.Harness{
-		New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
+		New: func(t testing.TB) (sinks.Sink, sinktest.Destination) {
 			m := &sinktest.Memory{Fail: func(m *sinks.Message) error {
 				if m.Topic == "refused" {
 					return sinks.Permanent(errors.New("refused"))

@@ -18,8 +18,9 @@ import (
 // Harness tells the suite how to set up a sink and observe its destination.
 type Harness struct {
 	// New returns a fresh sink and its own destination, both cleaned up with
-	// t. It is called once per subtest; subtests run in parallel.
-	New func(t *testing.T) (sinks.Sink, Destination)
+	// t. It is called once per subtest (subtests run in parallel), and once
+	// per fuzz target by FuzzHostile, with the *testing.F.
+	New func(t testing.TB) (sinks.Sink, Destination)
 	// Reject, when set, changes m so that it fails permanently (the
 	// destination or the sink refuses it for good), for checking that
 	// outcomes line up with their messages.
@@ -63,6 +64,15 @@ type Destination interface {
 type Breaker interface {
 	// Break makes the destination accept no message from now on.
 	Break(t testing.TB)
+}
+
+// Purger is implemented by a Destination that can forget what it has
+// received. FuzzHostile purges its one destination before each input, so
+// that a long run does not read an ever longer history at every check.
+type Purger interface {
+	// Purge drops every message received so far: Received returns only
+	// later ones.
+	Purge(t testing.TB)
 }
 
 // Received is one message as the destination saw it.

@@ -119,6 +119,10 @@ func requestHeader(m *sinks.Message, userAgent string) (http.Header, []string, e
 	if !validHeaderValue(m.Topic) {
 		return nil, nil, sinks.Permanent(fmt.Errorf("topic %q has a control character, so it cannot be sent as %s", m.Topic, headerTopic))
 	}
+	if strings.Trim(m.Topic, " \t") != m.Topic {
+		// HTTP trims a header value: the receiver would see another topic.
+		return nil, nil, sinks.Permanent(fmt.Errorf("topic %q starts or ends with white space, which %s would lose", m.Topic, headerTopic))
+	}
 	if h.Get(headerContentType) == "" {
 		h[headerContentType] = []string{defaultContentType(m.Payload)}
 	}

@@ -89,6 +89,22 @@ func TestSink_InvalidRowHeaderIsPermanent(t *testing.T) {
 	}
 }
 
+func TestSink_TopicWithOuterWhiteSpaceIsPermanent(t *testing.T) {
+	e := newEndpoint(t, 1)
+	s := newSink(t, e, nil)
+	// HTTP trims a header value: Outbox-Topic would name another topic.
+	for _, topic := range []string{"orders.created ", " orders.created", "orders.created\t"} {
+		m := message(t, nil)
+		m.Topic = topic
+		if err := deliverOne(t, s, m); !sinks.IsPermanent(err) {
+			t.Errorf("topic %q: %v, want a permanent error", topic, err)
+		}
+	}
+	if n := len(e.Requests()); n != 0 {
+		t.Errorf("%d requests sent for topics the receiver would not see as sent", n)
+	}
+}
+
 func TestSink_ContentType(t *testing.T) {
 	e := newEndpoint(t, 1)
 	s := newSink(t, e, nil)

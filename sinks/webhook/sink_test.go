@@ -18,7 +18,7 @@ import (
 
 // harness makes the sinks the conformance and hostile-row suites run against.
 var harness = sinktest.Harness{
-	New: func(t *testing.T) (sinks.Sink, sinktest.Destination) {
+	New: func(t testing.TB) (sinks.Sink, sinktest.Destination) {
 		e := newEndpoint(t, 2)
 		return newSink(t, e, nil), e
 	},
@@ -37,9 +37,13 @@ func TestSink_HostileRows(t *testing.T) {
 	sinktest.RunHostile(t, harness)
 }
 
+func FuzzHostileRows(f *testing.F) {
+	sinktest.FuzzHostile(f, harness)
+}
+
 // newEndpoint starts a webhook receiver verifying n secrets, which answers
 // a request carrying an x-test-status header with that status.
-func newEndpoint(t *testing.T, n int) *webhooktest.Receiver {
+func newEndpoint(t testing.TB, n int) *webhooktest.Receiver {
 	t.Helper()
 	e := webhooktest.NewReceiverWithSecrets(t, n)
 	e.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
@@ -54,7 +58,7 @@ func newEndpoint(t *testing.T, n int) *webhooktest.Receiver {
 
 // newSink returns a sink posting to e with e's secrets, closed at cleanup;
 // configure adjusts the config.
-func newSink(t *testing.T, e *webhooktest.Receiver, configure func(*webhook.Config)) *webhook.Sink {
+func newSink(t testing.TB, e *webhooktest.Receiver, configure func(*webhook.Config)) *webhook.Sink {
 	t.Helper()
 	var secrets []webhook.Secret
 	for _, s := range e.Secrets {
