@@ -247,6 +247,51 @@ func (s *Schema) SetMode(t testing.TB, mode outbox.Mode) {
 // and sets ids and generates missing idempotency keys as the guard would.
 func (s *Schema) ExecAsRelay(t testing.TB, sql string, args ...any) int64 {
 	t.Helper()
+	var n int64
+	s.asRelay(t, func(ctx context.Context, tx pgx.Tx) {
+		tag, err := tx.Exec(ctx, strings.ReplaceAll(sql, "%s", pgx.Identifier{s.Name}.Sanitize()), args...)
+		if err != nil {
+			t.Fatalf("exec %q: %v", sql, err)
+		}
+		n = tag.RowsAffected()
+	})
+	return n
+}
+
+// ExecEachAsRelay runs sql once per element of args as ExecAsRelay does
+// (triggers skipped), in one transaction, each in a savepoint: an
+// execution PostgreSQL refuses (a domain's check, invalid UTF-8, a NUL in
+// text) is rolled back alone. It returns which executions succeeded.
+func (s *Schema) ExecEachAsRelay(t testing.TB, sql string, args [][]any) []bool {
+	t.Helper()
+	sql = strings.ReplaceAll(sql, "%s", pgx.Identifier{s.Name}.Sanitize())
+	ok := make([]bool, len(args))
+	s.asRelay(t, func(ctx context.Context, tx pgx.Tx) {
+		for i, a := range args {
+			if _, err := tx.Exec(ctx, "SAVEPOINT each"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, sql, a...); err != nil {
+				if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT each; RELEASE SAVEPOINT each"); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT each"); err != nil {
+				t.Fatal(err)
+			}
+			ok[i] = true
+		}
+	})
+	return ok
+}
+
+// asRelay runs write in a transaction that skips the insert guard
+// (session_replication_role = replica) and does the guard's other work
+// with column defaults for its duration (ids, missing idempotency keys),
+// and commits it.
+func (s *Schema) asRelay(t testing.TB, write func(ctx context.Context, tx pgx.Tx)) {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := s.Pool.Begin(ctx)
 	if err != nil {
@@ -256,72 +301,18 @@ func (s *Schema) ExecAsRelay(t testing.TB, sql string, args ...any) int64 {
 	if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil {
 		t.Fatalf("skip triggers: %v", err)
 	}
-	// The guard also sets ids and generates missing idempotency keys:
-	// column defaults do its job for this statement only.
 	messages := pgx.Identifier{s.Name, "messages"}.Sanitize()
 	ids := pgx.Identifier{s.Name, "messages_id_seq"}.Sanitize()
 	if _, err := tx.Exec(ctx, "ALTER TABLE "+messages+" ALTER COLUMN idempotency_key SET DEFAULT gen_random_uuid()::text, ALTER COLUMN id SET DEFAULT nextval('"+ids+"')"); err != nil {
 		t.Fatalf("generate keys: %v", err)
 	}
-	tag, err := tx.Exec(ctx, strings.ReplaceAll(sql, "%s", pgx.Identifier{s.Name}.Sanitize()), args...)
-	if err != nil {
-		t.Fatalf("exec %q: %v", sql, err)
-	}
+	write(ctx, tx)
 	if _, err := tx.Exec(ctx, "ALTER TABLE "+messages+" ALTER COLUMN idempotency_key DROP DEFAULT, ALTER COLUMN id DROP DEFAULT"); err != nil {
 		t.Fatalf("generate keys: %v", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return tag.RowsAffected()
-}
-
-// ExecEachAsRelay runs sql once per element of args as ExecAsRelay does
-// (triggers skipped), in one transaction, each in a savepoint: an
-// execution PostgreSQL refuses (a domain's check, invalid UTF-8, a NUL in
-// text) is rolled back alone. It returns which executions succeeded.
-func (s *Schema) ExecEachAsRelay(t testing.TB, sql string, args [][]any) []bool {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := s.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	messages := pgx.Identifier{s.Name, "messages"}.Sanitize()
-	ids := pgx.Identifier{s.Name, "messages_id_seq"}.Sanitize()
-	for _, q := range []string{
-		"SET LOCAL session_replication_role = replica",
-		"ALTER TABLE " + messages + " ALTER COLUMN idempotency_key SET DEFAULT gen_random_uuid()::text, ALTER COLUMN id SET DEFAULT nextval('" + ids + "')",
-	} {
-		if _, err := tx.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	sql = strings.ReplaceAll(sql, "%s", pgx.Identifier{s.Name}.Sanitize())
-	ok := make([]bool, len(args))
-	for i, a := range args {
-		if _, err := tx.Exec(ctx, "SAVEPOINT each"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, sql, a...); err != nil {
-			if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT each; RELEASE SAVEPOINT each"); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT each"); err != nil {
-			t.Fatal(err)
-		}
-		ok[i] = true
-	}
-	if _, err := tx.Exec(ctx, "ALTER TABLE "+messages+" ALTER COLUMN idempotency_key DROP DEFAULT, ALTER COLUMN id DROP DEFAULT"); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return ok
 }
 
 // schemaName makes a valid, unique schema name from a test name.

@@ -85,7 +85,7 @@ func TestSink_RefusesASubjectLongerThanTheLimitWithoutSendingIt(t *testing.T) {
 
 // destinationFor captures what reaches prefix+">" on srv: a stream in
 // JetStream mode, a subscriber in core NATS.
-func destinationFor(t *testing.T, srv *natstest.Server, jetStream bool) sinktest.Destination {
+func destinationFor(t testing.TB, srv *natstest.Server, jetStream bool) sinktest.Destination {
 	t.Helper()
 	if jetStream {
 		srv.CreateStream(t, stream, prefix+">")

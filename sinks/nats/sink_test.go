@@ -29,8 +29,8 @@ const (
 var harnessJetStream = sinktest.Harness{
 	New: func(t testing.TB) (sinks.Sink, sinktest.Destination) {
 		srv := natstest.Start(t)
-		srv.CreateStream(t, stream, prefix+">")
-		return newSink(t, srv, true), &streamDestination{srv: srv}
+		d := destinationFor(t, srv, true)
+		return newSink(t, srv, true), d
 	},
 	Reject:   rejectBySubject,
 	Features: sinktest.Features{Headers: true, DedupsByKey: true, Outage: true, EveryTopic: true},
@@ -53,14 +53,7 @@ func FuzzHostileRowsJetStream(f *testing.F) {
 var harnessCore = sinktest.Harness{
 	New: func(t testing.TB) (sinks.Sink, sinktest.Destination) {
 		srv := natstest.Start(t)
-		d := &subscriberDestination{srv: srv}
-		nc := srv.Connect(t)
-		if _, err := nc.Subscribe(prefix+">", d.add); err != nil {
-			t.Fatal(err)
-		}
-		if err := nc.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		d := destinationFor(t, srv, false)
 		return newSink(t, srv, false), d
 	},
 	Reject:   rejectBySubject,
