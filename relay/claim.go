@@ -283,7 +283,7 @@ func (r *Relay) claimArgs(req claimRequest) pgx.StrictNamedArgs {
 		"lease":        r.cfg.Lease,
 		"byte_budget":  req.bytes,
 		"oversized":    req.oversized,
-		"payload_max":  r.payloadMax(),
+		"payload_max":  r.cfg.payloadMax(),
 		"floor":        r.floor.current(),
 	}
 }
@@ -389,7 +389,7 @@ func (r *Relay) readClaimed(rows pgx.Rows, limit int) (batch []claimed, held []h
 			// unread, and the row goes to the dead letters alone.
 			// The parts within their limits were read (a key keeps its
 			// order's bookkeeping).
-			c.unreadable = r.tooLargeReason(*tooLarge)
+			c.unreadable = tooLargeReason(r.cfg, *tooLarge)
 			c.Topic, c.IdempotencyKey = deref(topic), deref(idempotencyKey)
 		case err != nil:
 			// One row the relay cannot read must not stop the others: it
@@ -424,14 +424,14 @@ func (r *Relay) readClaimed(rows pgx.Rows, limit int) (batch []claimed, held []h
 
 // tooLargeReason says why a row whose part too_large names ("topic 4100":
 // the part and its size in bytes) was not read, naming the limit.
-func (r *Relay) tooLargeReason(tooLarge string) string {
+func tooLargeReason(cfg Config, tooLarge string) string {
 	part, size, _ := strings.Cut(tooLarge, " ")
 	n, _ := strconv.ParseInt(size, 10, 64)
 	e := &sinks.LimitError{What: part, Size: n, Limit: "the relay's limit on a row's " + part, Max: rowPartLimit(part)}
 	if part == "payload" {
-		e.Limit, e.Max = "RELAY_MAX_IN_FLIGHT_BYTES", r.cfg.MaxInFlightBytes
-		if r.payloadMax() < r.cfg.MaxInFlightBytes {
-			e.Limit, e.Max = "RELAY_MAX_PAYLOAD_BYTES", r.cfg.MaxPayloadBytes
+		e.Limit, e.Max = "RELAY_MAX_IN_FLIGHT_BYTES", cfg.MaxInFlightBytes
+		if cfg.payloadMax() < cfg.MaxInFlightBytes {
+			e.Limit, e.Max = "RELAY_MAX_PAYLOAD_BYTES", cfg.MaxPayloadBytes
 		}
 	}
 	return "the relay does not read this row: " + e.Error()
@@ -439,11 +439,11 @@ func (r *Relay) tooLargeReason(tooLarge string) string {
 
 // payloadMax is the most payload bytes a claim reads of a row: the
 // in-flight byte budget, or RELAY_MAX_PAYLOAD_BYTES when lower.
-func (r *Relay) payloadMax() int64 {
-	if m := r.cfg.MaxPayloadBytes; m > 0 && m < r.cfg.MaxInFlightBytes {
+func (c Config) payloadMax() int64 {
+	if m := c.MaxPayloadBytes; m > 0 && m < c.MaxInFlightBytes {
 		return m
 	}
-	return r.cfg.MaxInFlightBytes
+	return c.MaxInFlightBytes
 }
 
 // rowPartLimit returns the most bytes a claim reads of a row's part other

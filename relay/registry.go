@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -37,6 +38,15 @@ func (e *ModeConflictError) Error() string {
 	return fmt.Sprintf("this relay runs %s but the schema's relays run %s (alive: %s); every relay on a schema must run the same mode: "+
 		"stop them all to switch modes (the first relay to start then switches the schema), or start this one in %s mode",
 		e.Want, e.Recorded, strings.Join(e.Alive, ", "), e.Recorded)
+}
+
+// refusedToStart reports whether err is a refusal to start beside the
+// schema's live relays (another mode or another default sink): Run returns
+// it at once, not retried.
+func refusedToStart(err error) bool {
+	var mode *ModeConflictError
+	var sink *SinkConflictError
+	return errors.As(err, &mode) || errors.As(err, &sink)
 }
 
 // ModeChangedError is returned by Run when the schema's mode changed while
@@ -84,7 +94,7 @@ func (r *Relay) checkSinks(ctx context.Context, tx pgx.Tx) error {
 	if err != nil {
 		return fmt.Errorf("register relay: read the sinks of the relays alive: %w", err)
 	}
-	mine := r.sinkNames()
+	mine := r.cfg.sinkNames()
 	var conflict []string
 	for _, o := range others {
 		switch {
@@ -102,8 +112,8 @@ func (r *Relay) checkSinks(ctx context.Context, tx pgx.Tx) error {
 }
 
 // sinkNames returns the names of the relay's sinks, sorted.
-func (r *Relay) sinkNames() []string {
-	return slices.Sorted(maps.Keys(r.cfg.Sinks))
+func (c Config) sinkNames() []string {
+	return slices.Sorted(maps.Keys(c.Sinks))
 }
 
 // register checks the relay's mode against the schema's and records the
@@ -184,7 +194,7 @@ func (r *Relay) heartbeat(ctx context.Context, db queryRower) (outbox.Mode, erro
 	var recorded outbox.Mode
 	err := db.QueryRow(ctx, r.q.relaysHeartbeat, pgx.StrictNamedArgs{
 		"relay_id": r.cfg.ID, "version": r.cfg.Version, "mode": r.cfg.Mode, "notify": r.cfg.Notify,
-		"default_sink": r.cfg.DefaultSink, "sinks": r.sinkNames(),
+		"default_sink": r.cfg.DefaultSink, "sinks": r.cfg.sinkNames(),
 	}).Scan(&recorded)
 	return recorded, err
 }

@@ -146,9 +146,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 // retried.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.registerWithRetry(ctx); err != nil {
-		var conflict *ModeConflictError
-		var sinkConflict *SinkConflictError
-		if ctx.Err() != nil && !errors.As(err, &conflict) && !errors.As(err, &sinkConflict) {
+		if ctx.Err() != nil && !refusedToStart(err) {
 			return nil // stopped before it started: nothing claimed
 		}
 		return err
@@ -287,14 +285,13 @@ func (r *Relay) ready(ctx context.Context) error {
 }
 
 // registerWithRetry registers the relay (register), retrying while the
-// database fails and ctx lasts; a mode conflict is returned at once.
+// database fails and ctx lasts; a refusal to start beside the live relays
+// (refusedToStart) is returned at once.
 func (r *Relay) registerWithRetry(ctx context.Context) error {
 	wait := 250 * time.Millisecond
 	for {
 		err := r.register(ctx)
-		var conflict *ModeConflictError
-		var sinkConflict *SinkConflictError
-		if err == nil || errors.As(err, &conflict) || errors.As(err, &sinkConflict) || ctx.Err() != nil {
+		if err == nil || refusedToStart(err) || ctx.Err() != nil {
 			return err
 		}
 		r.log.Warn("could not register on the schema; retrying", "err", err, "retry_in", wait)
