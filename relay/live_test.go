@@ -121,7 +121,8 @@ func TestRelay_NotLiveWhileAClaimLoopIsStuck(t *testing.T) {
 	var err error
 	waitfor.Condition(t, 30*time.Second, "the relay to be not live, naming both claim loops", func() bool {
 		err = r.Live()
-		return err != nil && strings.Contains(err.Error(), "claim loop 2")
+		// The two loops get stuck at their own next turns: wait for both.
+		return err != nil && strings.Contains(err.Error(), "claim loop 1") && strings.Contains(err.Error(), "claim loop 2")
 	})
 	for _, want := range []string{"the relay no longer turns: stuck: ", "claim loop 1 (rows) for ", "claim loop 2 (rows) for ", "the limit is 2s"} {
 		if !strings.Contains(err.Error(), want) {
