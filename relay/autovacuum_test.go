@@ -31,7 +31,7 @@ func TestAutovacuum_OffIsWarnedAbout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkAutovacuum(context.Background(), r.pool, r.q.autovacuum, r.cfg.Schema, r.log)
+		checkAutovacuum(context.Background(), r.pool, r.autovacuum, r.cfg.Schema, r.log)
 		return out.String()
 	}
 

@@ -43,7 +43,7 @@ func BenchmarkRelay_DrainBacklog(b *testing.B) {
 		cfg := relay.Config{Schema: bb.db.Name, Sinks: map[string]sinks.Sink{"nats": bb.sink}, Logger: testLogger(b), Metrics: relay.NewMetrics()}
 		b.StartTimer()
 		began := time.Now()
-		stop := start(b, bb, cfg)
+		_, stop := relaytest.Start(b, bb.db.Pool, cfg)
 		waitfor.Condition(b, 5*time.Minute, "the backlog to drain", func() bool {
 			return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("nats", "delivered")) >= rows
 		})
@@ -103,7 +103,7 @@ func BenchmarkRelay_WebhookMisbehavingReceiver(b *testing.B) {
 			}
 		}
 		began := time.Now()
-		startOn(b, db.Pool, relay.Config{Schema: db.Name, Sinks: map[string]sinks.Sink{"webhook": sink},
+		relaytest.Start(b, db.Pool, relay.Config{Schema: db.Name, Sinks: map[string]sinks.Sink{"webhook": sink},
 			Logger: slog.New(slog.DiscardHandler), Metrics: relay.NewMetrics()})
 		var took time.Duration
 		waitfor.Condition(b, 5*time.Minute, "the healthy rows to be accepted", func() bool {
@@ -193,7 +193,7 @@ func BenchmarkRelay_WebhookVersusBareLoop(b *testing.B) {
 		cfg := relay.Config{Schema: db.Name, Sinks: map[string]sinks.Sink{"webhook": sink},
 			Logger: slog.New(slog.DiscardHandler), Metrics: relay.NewMetrics()}
 		began := time.Now()
-		stop := startOn(b, db.Pool, cfg)
+		_, stop := relaytest.Start(b, db.Pool, cfg)
 		defer stop()
 		waitfor.Condition(b, 5*time.Minute, "the backlog to drain", func() bool {
 			return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("webhook", "delivered")) >= rows

@@ -50,10 +50,10 @@ func TestFailureLog_RowValuesAreCutInTheLine(t *testing.T) {
 	destination := "nowhere." + strings.Repeat("d", 1<<20)
 	for i, c := range []string{"a", "b", "c"} {
 		topic := strings.Repeat(c, 2<<20)
-		o := outcome{kind: kindRetry, err: `publish to "` + topic + `": no responders`}
+		o := rowOutcome{kind: kindRetry, err: `publish to "` + topic + `": no responders`}
 		f.add(&sinks.Message{ID: int64(i + 1), Message: outbox.Message{Topic: topic}}, o, false, trace.SpanContext{})
 	}
-	f.log(log, destination)
+	f.logGroups(log, destination)
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 3 {
 		t.Fatalf("%d lines for three errors, want 3: %.600s", len(lines), buf.String())

@@ -64,8 +64,8 @@
 // behind a small interface (modes.go), one file per mode: which claim loops
 // run, how a claimed batch is delivered (at once, or in waves that keep
 // each key's order), the fence its settles carry, what a settle sets off,
-// the mode's own background work and gauges. The engine (claim.go,
-// deliver.go, settle.go, stats.go) calls it and never branches on the
+// the mode's own background work and gauges. The engine (claimloop.go,
+// dispatch.go, settle.go, stats.go) calls it and never branches on the
 // mode. The final SQL of every mode is in testdata/<mode>/.
 //
 // # Ordered mode

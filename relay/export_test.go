@@ -16,4 +16,7 @@ var LockBucketsRound = buckets.Lock
 // SetLivenessThreshold sets how long r's loops may work without coming
 // round before r is not live (three leases, at least two minutes, by
 // default), before r runs: the tests' stalls end sooner.
-func SetLivenessThreshold(r *Relay, d time.Duration) { r.live = newLiveness(r, d) }
+func SetLivenessThreshold(r *Relay, d time.Duration) {
+	r.live = newLiveness(r.log, d)
+	r.engine.live = r.live
+}

@@ -57,7 +57,7 @@ func newFailureLog() *failureLog { return &failureLog{groups: map[failureKey]*fa
 //
 // sc is the span of the delivery when tracing is on: the first valid one of
 // a kind of failure is logged with it.
-func (f *failureLog) add(m *sinks.Message, o outcome, unsent bool, sc trace.SpanContext) {
+func (f *failureLog) add(m *sinks.Message, o rowOutcome, unsent bool, sc trace.SpanContext) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	// The error may quote the row (a sink's error names its topic): the
@@ -82,9 +82,9 @@ func (f *failureLog) add(m *sinks.Message, o outcome, unsent bool, sc trace.Span
 	}
 }
 
-// log writes one warning per kind of failure gathered since the last call,
+// logGroups writes one warning per kind of failure gathered since the last call,
 // and starts gathering anew.
-func (f *failureLog) log(log *slog.Logger, sink string) {
+func (f *failureLog) logGroups(log *slog.Logger, sink string) {
 	f.mu.Lock()
 	groups, order := f.groups, f.order
 	f.groups, f.order = map[failureKey]*failureGroup{}, nil
@@ -129,8 +129,8 @@ func newFailureLogs(log *slog.Logger, configured map[string]sinks.Sink) *failure
 	return &failureLogs{log: log, configured: configured, bySink: map[string]*failureLog{}}
 }
 
-// of returns the failure log of sink.
-func (l *failureLogs) of(sink string) *failureLog {
+// forSink returns the failure log forSink sink.
+func (l *failureLogs) forSink(sink string) *failureLog {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f, ok := l.bySink[sink]
@@ -141,9 +141,9 @@ func (l *failureLogs) of(sink string) *failureLog {
 	return f
 }
 
-// loop logs the failures gathered for each sink every failureLogInterval
+// logLoop logs the failures gathered for each sink every failureLogInterval
 // until ctx ends; Run logs the last ones after the deliveries end.
-func (l *failureLogs) loop(ctx context.Context) {
+func (l *failureLogs) logLoop(ctx context.Context) {
 	t := time.NewTicker(failureLogInterval)
 	defer t.Stop()
 	for {
@@ -169,6 +169,6 @@ func (l *failureLogs) logAll() {
 	}
 	l.mu.Unlock()
 	for _, name := range slices.Sorted(maps.Keys(logs)) {
-		logs[name].log(l.log, name)
+		logs[name].logGroups(l.log, name)
 	}
 }

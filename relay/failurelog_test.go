@@ -1,47 +1,19 @@
 package relay_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testlog"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
-
-// logLines is a JSON log kept in memory for a test to read.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// with returns the records whose message is msg.
-func (l *logLines) with(msg string) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(l.buf.String(), "\n") {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
 
 // sum adds up the num_messages of records.
 func sum(recs []map[string]any) int {
@@ -60,8 +32,8 @@ func TestRelay_FailuresAreLoggedTogetherWhateverTheBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config(t)
-	logs := &logLines{}
-	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	var logs *testlog.Buffer
+	cfg.Logger, logs = testlog.NewJSON(t, slog.LevelInfo)
 	cfg.BatchSize, cfg.MaxInFlight = 5, 5
 	cfg.BackoffMin, cfg.BackoffMax = time.Minute, time.Minute
 	cfg.Sinks = map[string]sinks.Sink{"nats": &sinktest.Func{DeliverFunc: func(ctx context.Context, msgs []sinks.Message) []error {
@@ -69,12 +41,12 @@ func TestRelay_FailuresAreLoggedTogetherWhateverTheBatches(t *testing.T) {
 	}}}
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, destination)
 SELECT 'orders.created', '\x01', CASE WHEN i <= 50 THEN 'nowhere' END FROM generate_series(1, 100) AS i`)
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 
 	waitfor.Condition(t, relaytest.Budget(100), "100 rows logged", func() bool {
-		return sum(logs.with("dead-lettered without sending")) == 50 && sum(logs.with("delivery failed; retrying")) == 50
+		return sum(logs.Records("dead-lettered without sending")) == 50 && sum(logs.Records("delivery failed; retrying")) == 50
 	})
-	dead, retried := logs.with("dead-lettered without sending"), logs.with("delivery failed; retrying")
+	dead, retried := logs.Records("dead-lettered without sending"), logs.Records("delivery failed; retrying")
 	// Twenty claims of five rows each; they are logged within a few seconds.
 	if len(dead) > 4 || len(retried) > 4 {
 		t.Errorf("%d lines for 50 unsent dead letters and %d for 50 retries, in claims of 5: want a line a second, not one a claim",

@@ -37,8 +37,8 @@ func TestSettle_ARetriedReleaseCannotEndANewerLease(t *testing.T) {
 	if err != nil || len(claimedByA) != 1 {
 		t.Fatalf("relay A claimed %d rows, %v", len(claimedByA), err)
 	}
-	release := []outcome{{id: claimedByA[0].ID, seq: claimedByA[0].seq, attempt: claimedByA[0].Attempt, sink: "nats", kind: kindRelease}}
-	if err := a.settle(ctx, release); err != nil {
+	release := []rowOutcome{{id: claimedByA[0].ID, seq: claimedByA[0].seq, attempt: claimedByA[0].Attempt, sink: "nats", kind: kindRelease}}
+	if err := a.settler.settleBatch(ctx, release); err != nil {
 		t.Fatal(err)
 	}
 	claimedByB, err := b.mode.claimers()[0].claim(ctx, all)
@@ -50,7 +50,7 @@ func TestSettle_ARetriedReleaseCannotEndANewerLease(t *testing.T) {
 	}
 
 	// A's release again, as settleWithRetry would after a lost answer.
-	if err := a.settle(ctx, release); err != nil {
+	if err := a.settler.settleBatch(ctx, release); err != nil {
 		t.Fatal(err)
 	}
 	var leasedBy string

@@ -9,6 +9,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/internal/floor"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
@@ -63,19 +64,10 @@ func TestFloorRescan_FindsARowWrittenBelowTheFloor(t *testing.T) {
 			payload := ""
 			for attempt := 1; ; attempt++ {
 				waitfor.Condition(t, 60*time.Second, "the floors above the delivered rows, and no transaction of unknown age", func() bool {
-					f := r.floor
-					f.mu.Lock()
-					defer f.mu.Unlock()
-					for _, since := range f.seen {
-						if since.at.IsZero() {
-							return false
-						}
-					}
-					if f.rescanning || f.rescanAt != nil || !f.known || !f.at.After(time.Now().Add(-time.Minute)) || f.id <= first {
-						return false
-					}
-					f.rescanned = time.Now()
-					return true
+					return r.engine.floor.RescannedIf(time.Now(), func(f floor.Status) bool {
+						return f.AnyAge == 0 && !f.Rescanning && f.RescanAt == nil && f.Known &&
+							f.At.After(time.Now().Add(-time.Minute)) && f.ID > first
+					})
 				})
 				payload = fmt.Sprintf("restored %d", attempt)
 				db.ExecAsRelay(t, fmt.Sprintf(`INSERT INTO %%s.messages (id, topic, payload, key, available_at, created_at)
@@ -84,19 +76,15 @@ func TestFloorRescan_FindsARowWrittenBelowTheFloor(t *testing.T) {
 				if db.Count(t, "messages") == 1 {
 					break
 				}
-				f := r.floor
-				f.mu.Lock()
-				state := fmt.Sprintf("floor %s (known %v), id floor %d, rescan due at %v", f.at.Format(time.RFC3339Nano), f.known, f.id, f.rescanAt)
-				f.mu.Unlock()
+				f := r.engine.floor.Status()
+				state := fmt.Sprintf("floor %s (known %v), id floor %d, rescan due at %v", f.At.Format(time.RFC3339Nano), f.Known, f.ID, f.RescanAt)
 				if attempt == 3 {
 					t.Fatalf("the row written below the floor was claimed before a rescan, three times: the test proves nothing (%s)", state)
 				}
 				t.Logf("attempt %d: the row written below the floor was claimed before a rescan (%s); again", attempt, state)
 				waitfor.Condition(t, 20*time.Second, "the row delivered", func() bool { return db.Count(t, "messages") == 0 })
 			}
-			r.floor.mu.Lock()
-			r.floor.rescanned = time.Time{} // a rescan is due
-			r.floor.mu.Unlock()
+			r.engine.floor.RescanNow()
 			waitfor.Condition(t, 20*time.Second, "the restored row delivered", func() bool { return db.Count(t, "messages") == 0 })
 			if n := db.CountWhere(t, "archive", "payload = '"+payload+"'"); n != 1 {
 				t.Errorf("the restored row is in the archive %d times, want once", n)

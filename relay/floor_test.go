@@ -147,7 +147,7 @@ func (w lateWriters) run(t *testing.T, b *bundle, cfg relay.Config, insert func(
 	if _, err := pinTx.Exec(ctx, "SELECT count(*) FROM "+b.db.Table("messages")); err != nil {
 		t.Fatal(err)
 	}
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 
 	long := b.db.Conn(t)
 	longTx, err := long.Begin(ctx)

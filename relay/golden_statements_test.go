@@ -3,6 +3,8 @@ package relay
 import (
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/internal/buckets"
+	"github.com/outbox-relay/outbox-relay/relay/internal/floor"
+	"github.com/outbox-relay/outbox-relay/relay/internal/horizon"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
@@ -21,7 +23,8 @@ func goldenStatements() map[string]map[string]string {
 	ro := relayIn(outbox.ModeOrdered)
 	o := ro.mode.(*ordered)
 	p := relayIn(outbox.ModePartitioned).mode.(*partitioned)
-	q := relayIn(outbox.ModeUnordered).q
+	ru := relayIn(outbox.ModeUnordered)
+	reg, ret, g := ru.registry.q, ru.retention, ru.gauges
 	partitioned := map[string]string{
 		"claim":           p.claims[0],
 		"claim_held_keys": p.claims[1],
@@ -47,31 +50,31 @@ func goldenStatements() map[string]map[string]string {
 			"heads_reset":   switchStatements("outbox", outbox.ModeUnordered, outbox.ModeOrdered)[0],
 			"gauge_backlog": o.backlog,
 			"gauge_keys":    o.blocked,
-			"floor":         ro.q.floor,
-			"floor_rescan":  ro.q.floorRescan,
+			"floor":         floor.Render(outbox.QuoteSchema("outbox"), o.oldestClaimable()).Refresh,
+			"floor_rescan":  floor.Render(outbox.QuoteSchema("outbox"), o.oldestClaimable()).Rescan,
 		},
 		"partitioned": partitioned,
 		"shared": {
-			"mode_lock":              q.modeLock,
-			"mode_read":              q.modeRead,
-			"mode_switch":            q.modeSwitch,
-			"mode_switch_lock":       q.modeSwitchLock,
-			"mode_apply":             q.modeApply,
-			"relays_heartbeat":       q.relaysHeartbeat,
-			"relays_sinks":           q.relaysSinks,
-			"relays_restart":         q.relaysRestart,
-			"relays_leave":           q.relaysLeave,
-			"relays_forget":          q.relaysForget,
-			"archive_delete_expired": q.deleteExpiredArchive,
-			"keys_delete_expired":    q.deleteExpiredKeys,
-			"gauge_backlog":          q.backlog,
-			"gauge_table_health":     q.tableHealth,
-			"autovacuum":             q.autovacuum,
-			"gauge_horizon":          q.horizonAge,
-			"floor":                  q.floor,
-			"floor_rescan":           q.floorRescan,
-			"measure_claim":          q.claimStats,
-			"plan_claims":            q.claimPlan,
+			"mode_lock":              reg.modeLock,
+			"mode_read":              reg.modeRead,
+			"mode_switch":            reg.modeSwitch,
+			"mode_switch_lock":       reg.modeSwitchLock,
+			"mode_apply":             reg.modeApply,
+			"relays_heartbeat":       reg.relaysHeartbeat,
+			"relays_sinks":           reg.relaysSinks,
+			"relays_restart":         reg.relaysRestart,
+			"relays_leave":           reg.relaysLeave,
+			"relays_forget":          ret.relaysForget,
+			"archive_delete_expired": ret.deleteExpiredArchive,
+			"keys_delete_expired":    ret.deleteExpiredKeys,
+			"gauge_backlog":          ru.engine.backlog,
+			"gauge_table_health":     g.tableHealth,
+			"autovacuum":             ru.autovacuum,
+			"gauge_horizon":          horizon.Statements()["gauge_horizon"],
+			"floor":                  floor.Render(outbox.QuoteSchema("outbox"), u.oldestClaimable()).Refresh,
+			"floor_rescan":           floor.Render(outbox.QuoteSchema("outbox"), u.oldestClaimable()).Rescan,
+			"measure_claim":          ru.engine.claims.stats,
+			"plan_claims":            ru.engine.claims.plan,
 		},
 	}
 }

@@ -51,7 +51,7 @@ func TestHeadsClaim_DoesNotWalkTheRowsBehindHeadsInFlight(t *testing.T) {
 	// The first claim leases the 100 heads; the rows written behind them
 	// after it are marked by the claims that follow.
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || i FROM generate_series(0, 99) AS i`)
-	heads, err := m.claim(ctx, anyRows(1000))
+	heads, err := m.claimHeadsOfKeys(ctx, anyRows(1000))
 	if err != nil || len(heads) != 100 {
 		t.Fatalf("the first claim leased %d rows, %v; want the 100 heads", len(heads), err)
 	}
@@ -61,33 +61,33 @@ func TestHeadsClaim_DoesNotWalkTheRowsBehindHeadsInFlight(t *testing.T) {
 		if claims == 50 {
 			t.Fatalf("after %d claims, %d rows are neither leased nor waiting", claims, db.CountWhere(t, "messages", "NOT waiting AND leased_by IS NULL"))
 		}
-		if batch, err := m.claim(ctx, anyRows(1000)); err != nil || len(batch) != 0 {
+		if batch, err := m.claimHeadsOfKeys(ctx, anyRows(1000)); err != nil || len(batch) != 0 {
 			t.Fatalf("a claim with every key in flight leased %d rows, %v", len(batch), err)
 		}
 	}
 	// Their settle makes the second rows candidates; a claim leases them,
 	// each with a run of the next 9 (1,000 rows over 100 heads).
-	settled := make([]outcome, len(heads))
+	settled := make([]rowOutcome, len(heads))
 	for i, h := range heads {
-		settled[i] = outcome{id: h.ID, seq: h.seq, attempt: h.Attempt, sink: "nats", kind: kindDelivered, key: h.Key, keyed: true}
+		settled[i] = rowOutcome{id: h.ID, seq: h.seq, attempt: h.Attempt, sink: "nats", kind: kindDelivered, key: h.Key, keyed: true}
 	}
-	if err := r.settle(ctx, settled); err != nil {
+	if err := r.settler.settleBatch(ctx, settled); err != nil {
 		t.Fatal(err)
 	}
-	if batch, err := m.claim(ctx, anyRows(1000)); err != nil || len(batch) != 1000 {
+	if batch, err := m.claimHeadsOfKeys(ctx, anyRows(1000)); err != nil || len(batch) != 1000 {
 		t.Fatalf("the claim after the settle leased %d rows, %v; want the 100 next heads with their runs", len(batch), err)
 	}
 	// The relay's floor refreshes put the floor at the oldest candidate:
 	// the heads in flight, made candidates after the rows behind them.
-	for deadline := time.Now().Add(10 * time.Second); r.floor.current().InfinityModifier != pgtype.Finite; {
+	for deadline := time.Now().Add(10 * time.Second); r.engine.floor.Current().InfinityModifier != pgtype.Finite; {
 		if time.Now().After(deadline) {
 			t.Fatal("the claim floor is still unknown after 10 s of refreshes")
 		}
-		r.floor.found()
-		if err := r.refreshFloor(ctx); err != nil {
+		r.floor.Found()
+		if err := r.floor.Refresh(ctx); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(floorEvery + 10*time.Millisecond)
+		time.Sleep(110 * time.Millisecond) // a refresh is due every 100 ms while claims find rows
 	}
 	// A claim now, with every key in flight: it walks past the 1,000 rows
 	// in flight (candidates, leased), as a claim in any mode does, but not
@@ -117,7 +117,7 @@ func TestHeadsSettle_SeesTheMarksOfAClaimItWaitedFor(t *testing.T) {
 	r, m := orderedRelay(t, db)
 	m.markAfter = 0 // the claim marks the row behind the head it just leased
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'first', 'k')`)
-	batch, err := m.claim(ctx, anyRows(10))
+	batch, err := m.claimHeadsOfKeys(ctx, anyRows(10))
 	if err != nil || len(batch) != 1 {
 		t.Fatalf("the claim of the first row leased %d rows, %v; want 1", len(batch), err)
 	}
@@ -139,7 +139,7 @@ func TestHeadsSettle_SeesTheMarksOfAClaimItWaitedFor(t *testing.T) {
 	first := batch[0]
 	settled := make(chan error, 1)
 	go func() {
-		settled <- r.settle(ctx, []outcome{{id: first.ID, seq: first.seq, attempt: first.Attempt, sink: "nats", kind: kindDelivered, key: "k", keyed: true}})
+		settled <- r.settler.settleBatch(ctx, []rowOutcome{{id: first.ID, seq: first.seq, attempt: first.Attempt, sink: "nats", kind: kindDelivered, key: "k", keyed: true}})
 	}()
 	waitfor.Condition(t, 10*time.Second, "the settle to wait for the claim's lock on the first row", func() bool {
 		var n int
@@ -156,7 +156,7 @@ func TestHeadsSettle_SeesTheMarksOfAClaimItWaitedFor(t *testing.T) {
 	if n := db.CountWhere(t, "messages", "waiting"); n != 0 {
 		t.Fatalf("%d rows wait after their key's head was settled", n)
 	}
-	batch, err = m.claim(ctx, anyRows(10))
+	batch, err = m.claimHeadsOfKeys(ctx, anyRows(10))
 	if err != nil || len(batch) != 1 || string(batch[0].Payload) != "second" {
 		t.Errorf("the claim after the settle leased %d rows, %v; want the second row", len(batch), err)
 	}
@@ -183,13 +183,13 @@ func TestHeadsClaim_MarksOnlyBehindHeadsInFlightForLong(t *testing.T) {
 	// markAfter at the next claim however slow the machine (with
 	// markWaitingAfter, 100 ms, a loaded CI machine took longer).
 	m.markAfter = time.Minute
-	batch, err := m.claim(ctx, anyRows(100))
+	batch, err := m.claimHeadsOfKeys(ctx, anyRows(100))
 	if err != nil || len(batch) != 1 || batch[0].Key != "fresh" {
 		t.Fatalf("the claim leased %d rows, %v; want the head of fresh", len(batch), err)
 	}
 	// Two more rows of fresh, behind its head in flight.
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'fresh' FROM generate_series(1, 2)`)
-	if batch, err := m.claim(ctx, anyRows(100)); err != nil || len(batch) != 0 {
+	if batch, err := m.claimHeadsOfKeys(ctx, anyRows(100)); err != nil || len(batch) != 0 {
 		t.Fatalf("the claim leased %d rows, %v, with every key's head in flight or backing off", len(batch), err)
 	}
 	for key, want := range map[string]int{"fresh": 0, "slow": 2, "failing": 2} {
@@ -201,7 +201,7 @@ func TestHeadsClaim_MarksOnlyBehindHeadsInFlightForLong(t *testing.T) {
 	// marks the rows behind it.
 	m.markAfter = markWaitingAfter
 	time.Sleep(markWaitingAfter + 50*time.Millisecond)
-	if _, err := m.claim(ctx, anyRows(100)); err != nil {
+	if _, err := m.claimHeadsOfKeys(ctx, anyRows(100)); err != nil {
 		t.Fatal(err)
 	}
 	if n := db.CountWhere(t, "messages", "waiting AND key = 'fresh'"); n != 2 {
@@ -223,7 +223,7 @@ func TestHeadsSettle_TheEmptyKeyIsAKey(t *testing.T) {
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'x1', '')`)
 	want := [][]string{{"x1"}, {"x2", "x3"}}
 	for i := range want {
-		batch, err := m.claim(ctx, anyRows(10))
+		batch, err := m.claimHeadsOfKeys(ctx, anyRows(10))
 		var got []string
 		for _, c := range batch {
 			got = append(got, string(c.Payload))
@@ -235,18 +235,18 @@ func TestHeadsSettle_TheEmptyKeyIsAKey(t *testing.T) {
 			// The claim after marks the rows written behind the head in
 			// flight.
 			db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', convert_to('x' || i, 'UTF8'), '' FROM generate_series(2, 3) AS i`)
-			if _, err := m.claim(ctx, anyRows(10)); err != nil {
+			if _, err := m.claimHeadsOfKeys(ctx, anyRows(10)); err != nil {
 				t.Fatal(err)
 			}
 			if n := db.CountWhere(t, "messages", "waiting"); n != 2 {
 				t.Fatalf("%d rows of key '' wait behind its head in flight, want 2", n)
 			}
 		}
-		var settled []outcome
+		var settled []rowOutcome
 		for _, c := range batch {
 			settled = append(settled, newOutcome(&c.Message, c.tag(), "nats"))
 		}
-		if err := r.settle(ctx, settled); err != nil {
+		if err := r.settler.settleBatch(ctx, settled); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -283,7 +283,7 @@ func TestHeadsClaim_TakesAKeysRunUpToTheFirstRowItMayNotTake(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	batch, err := m.claim(ctx, anyRows(100))
+	batch, err := m.claimHeadsOfKeys(ctx, anyRows(100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestHeadsClaim_TakesAKeysRunUpToTheFirstRowItMayNotTake(t *testing.T) {
 	deep.SetMode(t, outbox.ModeOrdered)
 	_, m = orderedRelay(t, deep)
 	deep.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'deep' FROM generate_series(1, 20)`)
-	if batch, err := m.claim(ctx, anyRows(5)); err != nil || len(batch) != 5 || batch[0].Key != "deep" {
+	if batch, err := m.claimHeadsOfKeys(ctx, anyRows(5)); err != nil || len(batch) != 5 || batch[0].Key != "deep" {
 		t.Errorf("a claim of 5 rows leased %d, %v; want the first 5 rows of deep", len(batch), err)
 	}
 }
@@ -393,7 +393,7 @@ func TestHeadsClaim_LeasesTheHeadsItsWalkDoesNotReach(t *testing.T) {
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', convert_to('k' || i, 'UTF8'), 'k' FROM generate_series(1, 6) AS i`)
 	db.Exec(t, `UPDATE %s.messages SET available_at = clock_timestamp() WHERE payload = 'k1'`)
 	// A claim of 4 rows walks one candidate (headsWalkShare): k2.
-	batch, err := m.claim(ctx, anyRows(4))
+	batch, err := m.claimHeadsOfKeys(ctx, anyRows(4))
 	var got []string
 	for _, c := range batch {
 		got = append(got, string(c.Payload))
@@ -455,7 +455,7 @@ func TestHeadsClaim_MarksInOnePassOverItsWalk(t *testing.T) {
 	_, m := orderedRelay(t, db)
 	m.markAfter = 0
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || i FROM generate_series(0, 99) AS i`)
-	if heads, err := m.claim(ctx, anyRows(1000)); err != nil || len(heads) != 100 {
+	if heads, err := m.claimHeadsOfKeys(ctx, anyRows(1000)); err != nil || len(heads) != 100 {
 		t.Fatalf("the first claim leased %d rows, %v; want the 100 heads", len(heads), err)
 	}
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 100) FROM generate_series(1, 1000) AS i`)

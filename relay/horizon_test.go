@@ -3,6 +3,7 @@ package relay
 import (
 	"bytes"
 	"context"
+	"github.com/outbox-relay/outbox-relay/relay/internal/horizon"
 	"log/slog"
 	"strings"
 	"testing"
@@ -67,17 +68,17 @@ func burnXids(t *testing.T, conn *pgx.Conn, n int) {
 	}
 }
 
-// horizonGauges refreshes r's horizon gauges and returns the snapshot age
+// readHorizonGauges refreshes r's horizon gauges and returns the snapshot age
 // in seconds and the xmin age in transactions of holder.
-func horizonGauges(t *testing.T, r *Relay, holder string) (seconds, xids float64) {
+func readHorizonGauges(t *testing.T, r *Relay, holder string) (seconds, xids float64) {
 	t.Helper()
-	if err := r.refreshHorizon(context.Background()); err != nil {
+	if err := r.gauges.horizon.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if timedHolder(holder) {
-		seconds = testutil.ToFloat64(r.metrics.OldestSnapshotAge.WithLabelValues(holder))
+	if horizon.TimedHolder(holder) {
+		seconds = testutil.ToFloat64(r.cfg.Metrics.OldestSnapshotAge.WithLabelValues(holder))
 	}
-	return seconds, testutil.ToFloat64(r.metrics.OldestXminAge.WithLabelValues(holder))
+	return seconds, testutil.ToFloat64(r.cfg.Metrics.OldestXminAge.WithLabelValues(holder))
 }
 
 // A REPEATABLE READ session that ran a query holds its snapshot, and with it
@@ -92,7 +93,7 @@ func TestHorizon_SnapshotAgeRisesAndFalls(t *testing.T) {
 	r := horizonRelay(t, url, &log)
 	other := connect(t, url)
 
-	seconds, xids := horizonGauges(t, r, "session")
+	seconds, xids := readHorizonGauges(t, r, "session")
 	if seconds >= horizonHold.Seconds() || xids > 100 {
 		t.Fatalf("before any snapshot is held the gauges read %.1fs and %.0f transactions", seconds, xids)
 	}
@@ -104,7 +105,7 @@ func TestHorizon_SnapshotAgeRisesAndFalls(t *testing.T) {
 	burnXids(t, other, 10)
 	time.Sleep(horizonHold) // the time held is what the test measures
 	held := time.Since(begun)
-	seconds, xids = horizonGauges(t, r, "session")
+	seconds, xids = readHorizonGauges(t, r, "session")
 	if seconds < held.Seconds()-0.5 {
 		t.Errorf("oldest_snapshot_age_seconds{holder=session} = %.2f after holding a snapshot for %s", seconds, held)
 	}
@@ -112,13 +113,13 @@ func TestHorizon_SnapshotAgeRisesAndFalls(t *testing.T) {
 		t.Errorf("oldest_xmin_age_transactions{holder=session} = %.0f after 10 transactions behind a held snapshot", xids)
 	}
 	for _, h := range []string{"prepared", "replication"} {
-		if s, x := horizonGauges(t, r, h); s != 0 || x != 0 {
+		if s, x := readHorizonGauges(t, r, h); s != 0 || x != 0 {
 			t.Errorf("holder %s reads %.1fs and %.0f transactions, want 0: only a session holds the horizon", h, s, x)
 		}
 	}
 
 	exec(t, holder, "COMMIT")
-	seconds, xids = horizonGauges(t, r, "session")
+	seconds, xids = readHorizonGauges(t, r, "session")
 	if seconds >= horizonHold.Seconds() || xids >= 10 {
 		t.Errorf("after the snapshot ended the gauges read %.2fs and %.0f transactions, want them back near 0", seconds, xids)
 	}
@@ -143,7 +144,7 @@ func TestHorizon_PreparedTransactionHoldsIt(t *testing.T) {
 	if maxPrepared == 0 {
 		// The rest of the statement (sessions, slots) is tested above; the
 		// prepared transactions' part reads an empty view here.
-		if s, x := horizonGauges(t, r, "prepared"); s != 0 || x != 0 {
+		if s, x := readHorizonGauges(t, r, "prepared"); s != 0 || x != 0 {
 			t.Errorf("no transaction can be prepared on this server, yet holder prepared reads %.1fs and %.0f transactions", s, x)
 		}
 		// Not a skip: what this server allows is checked. A prepared
@@ -169,18 +170,18 @@ func TestHorizon_PreparedTransactionHoldsIt(t *testing.T) {
 	burnXids(t, other, 10)
 	time.Sleep(horizonHold)
 	held := time.Since(begun)
-	seconds, xids := horizonGauges(t, r, "prepared")
+	seconds, xids := readHorizonGauges(t, r, "prepared")
 	if seconds < held.Seconds()-0.5 || xids < 10 {
 		t.Errorf("oldest_snapshot_age_seconds{holder=prepared} = %.2f, oldest_xmin_age_transactions = %.0f, "+
 			"after a transaction stayed prepared for %s and 10 more committed", seconds, xids, held)
 	}
-	if s, _ := horizonGauges(t, r, "session"); s >= horizonHold.Seconds() {
+	if s, _ := readHorizonGauges(t, r, "session"); s >= horizonHold.Seconds() {
 		t.Errorf("no session holds a snapshot, yet holder session reads %.2fs", s)
 	}
 
 	exec(t, other, "COMMIT PREPARED '"+gid+"'")
 	prepared = false
-	if s, x := horizonGauges(t, r, "prepared"); s != 0 || x != 0 {
+	if s, x := readHorizonGauges(t, r, "prepared"); s != 0 || x != 0 {
 		t.Errorf("after COMMIT PREPARED holder prepared reads %.2fs and %.0f transactions, want 0", s, x)
 	}
 }
@@ -205,14 +206,14 @@ func TestHorizon_WithoutReadAllStatsWarnsOnce(t *testing.T) {
 	burnXids(t, other, 10)
 	time.Sleep(horizonHold)
 
-	seconds, xids := horizonGauges(t, r, "session")
+	seconds, xids := readHorizonGauges(t, r, "session")
 	if seconds >= horizonHold.Seconds() {
 		t.Errorf("without pg_read_all_stats the relay timed another role's snapshot (%.2fs): PostgreSQL hides xact_start", seconds)
 	}
 	if xids < 10 {
 		t.Errorf("oldest_xmin_age_transactions{holder=session} = %.0f: backend_xmin is shown to every role", xids)
 	}
-	horizonGauges(t, r, "session")
+	readHorizonGauges(t, r, "session")
 	warned := strings.Count(log.String(), "pg_read_all_stats to the role")
 	if warned != 1 || !strings.Contains(log.String(), "level=WARN") {
 		t.Errorf("after two refreshes without pg_read_all_stats the relay warned %d times, want once:\n%s", warned, log.String())
@@ -222,7 +223,7 @@ func TestHorizon_WithoutReadAllStatsWarnsOnce(t *testing.T) {
 	log.Reset()
 	r = horizonRelay(t, role.WithUser(url), &log)
 	held := time.Since(begun)
-	seconds, _ = horizonGauges(t, r, "session")
+	seconds, _ = readHorizonGauges(t, r, "session")
 	if seconds < held.Seconds()-0.5 {
 		t.Errorf("granted pg_read_all_stats, the relay reads %.2fs for a snapshot held %s", seconds, held)
 	}

@@ -20,7 +20,7 @@ func TestHostile_ProducersCannotWriteTheRelaysColumns(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config(t)
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, attempts, claim_seq, leased_by, leased_until, last_error, created_at)
 	              VALUES ('events.a', 'x', 'meddler', 2147483647, 2147483647, 'someone', 'infinity', 'forged', 'infinity')`)
 	relaytest.InsertRows(t, b.db, 20, "events.a")
@@ -81,7 +81,7 @@ func testRowsThatSkippedTheGuardStopNothing(t *testing.T, set func(*relay.Config
 	    ('events.a', 'x', 'k', 'timeless', 0, 0, NULL, NULL, 'infinity')`)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'x', 'k')`)
 	relaytest.InsertRows(t, b.db, 100, "events.a")
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	relaytest.WaitDrained(t, b.db, 30*time.Second)
 	delivered := relaytest.Archive(t, b.db, "true")
 	for _, key := range []string{"max-seq", "endless-lease", "timeless"} {
@@ -122,7 +122,7 @@ func testPartsOverTheirLimitsAreDeadLetteredUnread(t *testing.T, set func(*relay
 	    ('events.a', convert_to(repeat('p', 2100000), 'UTF8'), 'k', NULL, 'large-payload', NULL)`)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'last', 'k')`)
 	relaytest.InsertRows(t, b.db, 100, "events.b")
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	relaytest.WaitDrained(t, b.db, 30*time.Second)
 
 	want := map[string]string{
@@ -172,14 +172,7 @@ func TestHostile_ClaimsThatKeepFailingMakeTheRelayNotReady(t *testing.T) {
 	b := setup(t)
 	cfg := b.config(t)
 	cfg.Lease = 2 * time.Second // claims give up after half a second behind a lock
-	r, err := relay.New(b.db.Pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	r, _ := relaytest.Start(t, b.db.Pool, cfg)
 	waitfor.Condition(t, 10*time.Second, "the relay to be ready", func() bool { return r.Ready(context.Background()) == nil })
 
 	// Someone holds the table: every claim fails.

@@ -55,13 +55,13 @@ func TestKeyLookups_StartAtTheIDFloor(t *testing.T) {
 				t.Fatal(err)
 			}
 			deadline := time.Now().Add(10 * time.Second)
-			idFloor := func() int64 { id, _ := r.floor.currentID(); return id }
+			idFloor := func() int64 { id, _, _ := r.engine.floor.IDs(); return id }
 			for idFloor() == math.MinInt64 && time.Now().Before(deadline) {
-				r.floor.found()
-				if err := r.refreshFloor(ctx); err != nil {
+				r.floor.Found()
+				if err := r.floor.Refresh(ctx); err != nil {
 					t.Fatal(err)
 				}
-				time.Sleep(floorEvery + 10*time.Millisecond)
+				time.Sleep(110 * time.Millisecond) // a refresh is due every 100 ms while claims find rows
 			}
 			if id := idFloor(); id <= delivered || id > oldest {
 				t.Fatalf("id floor = %d, want above the delivered rows (%d) and at most the oldest pending row (%d)", id, delivered, oldest)
@@ -111,7 +111,7 @@ func TestKeyLookups_StartAtTheIDFloor(t *testing.T) {
 func readClaimStats(t *testing.T, tx pgx.Tx, r *Relay) claimStats {
 	t.Helper()
 	var s claimStats
-	if err := tx.QueryRow(context.Background(), r.q.claimStats).Scan(&s.entries, &s.buffers); err != nil {
+	if err := tx.QueryRow(context.Background(), r.engine.claims.stats).Scan(&s.entries, &s.buffers); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -157,14 +157,15 @@ func TestKeyLookups_AWriterTheIDFloorPassedIsNotOvertaken(t *testing.T) {
 			}
 			// The last refresh ran while the writer was open and old: both
 			// floors passed its row.
-			r.floor.at, r.floor.id, r.floor.known, r.floor.passed, r.floor.passedIDs = floor, first+1, true, []string{xid}, []int64{first}
+			r.engine.floor.Set(floor, first+1, []string{xid}, []int64{first})
 
 			claimed := func(passed []string) []int64 {
 				t.Helper()
-				r.floor.passed, r.floor.passedIDs = passed, make([]int64, len(passed))
+				passedIDs := make([]int64, len(passed))
 				for i := range passed {
-					r.floor.passedIDs[i] = first
+					passedIDs[i] = first
 				}
+				r.engine.floor.Set(floor, first+1, passed, passedIDs)
 				ptx := planTx(t, db)
 				defer func() { _ = ptx.Rollback(ctx) }()
 				var claim string

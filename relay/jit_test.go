@@ -38,7 +38,7 @@ func TestClaims_RunWithoutJIT(t *testing.T) {
 			if !compiled(t, tx, claim, args) {
 				t.Fatal("the claim is not compiled with jit_above_cost = 0 and no plan settings: the test proves nothing")
 			}
-			if _, err := tx.Exec(ctx, r.q.claimPlan); err != nil {
+			if _, err := tx.Exec(ctx, r.engine.claims.plan); err != nil {
 				t.Fatal(err)
 			}
 			if compiled(t, tx, claim, args) {

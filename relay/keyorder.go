@@ -18,7 +18,7 @@ import (
 // be retried, or is released, the key's later rows in the batch are
 // released without an attempt: the claim takes none of them again while
 // that row is left. d holds a key's rows in id order (the claim's order).
-func deliverInKeyOrder(ctx context.Context, d *delivery) {
+func deliverInKeyOrder(ctx context.Context, d *sinkDelivery) {
 	queued := map[string][]int{}
 	var wave []int
 	for i := range d.msgs {
@@ -31,19 +31,15 @@ func deliverInKeyOrder(ctx context.Context, d *delivery) {
 			wave = append(wave, i)
 		}
 	}
-	var mu sync.Mutex
-	kinds := make([]outcomeKind, len(d.msgs))
+	order := &keyOrder{kinds: make([]outcomeKind, len(d.msgs))}
 	waves := *d
-	waves.observe = func(i int, k outcomeKind) {
-		mu.Lock()
-		kinds[i] = k
-		mu.Unlock()
-	}
+	waves.also = append(slices.Clip(d.also), order)
+	kinds, mu := order.kinds, &order.mu
 	for len(wave) > 0 {
 		for _, i := range wave {
 			kinds[i] = kindRelease // until the sink reports
 		}
-		waves.each(ctx, wave)
+		waves.sendEach(ctx, wave)
 		var next, released []int
 		mu.Lock()
 		for _, i := range wave {
@@ -66,7 +62,25 @@ func deliverInKeyOrder(ctx context.Context, d *delivery) {
 		}
 		mu.Unlock()
 		slices.Sort(next)
-		d.release(released, 0)
+		d.releaseRows(released, 0)
 		wave = next
 	}
 }
+
+// keyOrder is the observer of deliverInKeyOrder's waves: the kind of every
+// outcome, by message index.
+type keyOrder struct {
+	mu    sync.Mutex
+	kinds []outcomeKind
+}
+
+func (k *keyOrder) observe(s *sent) {
+	if s.notAttempted {
+		return
+	}
+	k.mu.Lock()
+	k.kinds[s.i] = s.outcome.kind
+	k.mu.Unlock()
+}
+
+func (k *keyOrder) done() {}

@@ -84,7 +84,7 @@ func TestRelay_RowsInFlightNeverExceedMaxInFlight(t *testing.T) {
 	insertSized(t, b, 300, 100, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	rows, _, sampled := leasedPeak(ctx, b, relay.MaxInFlightBytesDefault)
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	relaytest.WaitDrained(t, b.db, relaytest.Budget(300))
 	cancel()
 	<-sampled
@@ -116,7 +116,7 @@ func TestRelay_PayloadBytesInFlightNeverExceedTheByteBudget(t *testing.T) {
 			insertSized(t, b, 20, 30_000, false)
 			ctx, cancel := context.WithCancel(context.Background())
 			_, bytes, sampled := leasedPeak(ctx, b, cfg.MaxInFlightBytes)
-			start(t, b, cfg)
+			relaytest.Start(t, b.db.Pool, cfg)
 			relaytest.WaitDrained(t, b.db, relaytest.Budget(81))
 			cancel()
 			<-sampled

@@ -1,9 +1,7 @@
 package relay_test
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -15,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testlog"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks"
@@ -22,38 +21,15 @@ import (
 )
 
 // runLive runs a relay over pool with cfg and the liveness threshold
-// threshold, until the returned function stops it (or the test ends);
-// that function returns how long Run took to return once cancelled.
-func runLive(t *testing.T, pool *pgxpool.Pool, cfg relay.Config, threshold time.Duration) (*relay.Relay, func() time.Duration) {
+// threshold until stop is called or the test ends (relaytest.Run).
+func runLive(t *testing.T, pool *pgxpool.Pool, cfg relay.Config, threshold time.Duration) (r *relay.Relay, stop func()) {
 	t.Helper()
 	r, err := relay.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	relay.SetLivenessThreshold(r, threshold)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	var once sync.Once
-	var took time.Duration
-	stop := func() time.Duration {
-		once.Do(func() {
-			began := time.Now()
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run returned %v", err)
-				}
-			case <-time.After(60 * time.Second):
-				t.Errorf("Run did not return within 60s of cancel")
-			}
-			took = time.Since(began)
-		})
-		return took
-	}
-	t.Cleanup(func() { stop() })
-	return r, stop
+	return r, relaytest.Run(t, r)
 }
 
 // stayLive fails t unless r stays live, checked at every poll, until
@@ -66,24 +42,6 @@ func stayLive(t *testing.T, r *relay.Relay, timeout time.Duration, what string, 
 		}
 		return until()
 	})
-}
-
-// lockedBuffer is a buffer that loggers write to from many goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // A claim loop that never comes back from a call (here the sink's
@@ -101,10 +59,10 @@ func TestRelay_NotLiveWhileAClaimLoopIsStuck(t *testing.T) {
 		}
 		return nil
 	}}
-	var logs lockedBuffer
 	cfg := b.config(t)
 	cfg.Sinks = map[string]sinks.Sink{"nats": sink}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, tWriter{t}), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var logs *testlog.Buffer
+	cfg.Logger, logs = testlog.New(t, slog.LevelWarn)
 	const threshold = 2 * time.Second
 	r, _ := runLive(t, b.db.Pool, cfg, threshold)
 	var once sync.Once
@@ -132,17 +90,13 @@ func TestRelay_NotLiveWhileAClaimLoopIsStuck(t *testing.T) {
 	if strings.Contains(err.Error(), "settle loop") || strings.Contains(err.Error(), "heartbeat") {
 		t.Errorf("Live() = %q names loops that are not stuck", err)
 	}
-	waitfor.Condition(t, 10*time.Second, "the log to say a loop is stuck", func() bool {
-		return strings.Contains(logs.String(), `level=ERROR msg="a loop of the relay is stuck`) && strings.Contains(logs.String(), `loop="claim loop 1 (rows)"`)
-	})
+	logs.Wait(t, 10*time.Second, `level=ERROR msg="a loop of the relay is stuck`, `loop="claim loop 1 (rows)"`)
 
 	release()
 	waitfor.Condition(t, 30*time.Second, "the relay to be live again", func() bool { return r.Live() == nil })
 	relaytest.InsertRows(t, b.db, 10, "events.a")
 	relaytest.WaitDrained(t, b.db, 30*time.Second)
-	waitfor.Condition(t, 10*time.Second, "the log to say the loop comes round again", func() bool {
-		return strings.Contains(logs.String(), `msg="a loop of the relay that was stuck comes round again"`)
-	})
+	logs.Wait(t, 10*time.Second, `msg="a loop of the relay that was stuck comes round again"`)
 }
 
 // heldSink is a sink whose deliveries wait, within their context, until
@@ -267,7 +221,11 @@ func TestRelay_LiveDuringALongDrain(t *testing.T) {
 	relaytest.InsertRows(t, b.db, 10, "events.a")
 	waitfor.Condition(t, 30*time.Second, "deliveries in flight", func() bool { return sink.started.Load() > 0 })
 	var took atomic.Int64
-	go func() { took.Store(int64(stop())) }()
+	go func() {
+		began := time.Now()
+		stop()
+		took.Store(int64(time.Since(began)))
+	}()
 	stayLive(t, r, 60*time.Second, "the relay drains", func() bool { return took.Load() != 0 })
 	if d := time.Duration(took.Load()); d < 2*threshold {
 		t.Errorf("the drain took %s, not several thresholds (%s): the test proves nothing", d, threshold)

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -172,7 +173,7 @@ func TestKeyLookups_PromotionsWalkTheWaitingIndex(t *testing.T) {
 	db, r := staleStatistics(t, outbox.ModeOrdered)
 	tx := planTx(t, db)
 	args := pgx.StrictNamedArgs{"keys": []string{"k1", "k2", "k3"}, "after": []int64{1, 1, 1}}
-	plan := explain(t, tx, r.settleSQL.then, args)
+	plan := explain(t, tx, r.settler.sql.then, args)
 	if uses := indexScans(plan, "", indexNamed("messages_waiting_idx")); len(uses) == 0 {
 		t.Errorf("the promotion does not look the waiting rows up in messages_waiting_idx")
 	}
@@ -264,7 +265,7 @@ func TestBucketWalk_StartsAtTheFloor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.floor.at, r.floor.known = floor, true
+	r.engine.floor.Set(floor, math.MinInt64, nil, nil)
 
 	tx := planTx(t, db)
 	claim, _, claimArgs, _ := lookupStatements(t, tx, db, r)
@@ -342,7 +343,7 @@ func TestClaims_ReadOnlyTheirRowsInABurst(t *testing.T) {
 			var args pgx.StrictNamedArgs
 			switch m := r.mode.(type) {
 			case *unordered:
-				claim, args = m.claim, r.claimArgs(req)
+				claim, args = m.claim, r.engine.claims.claimArgs(req)
 			case *ordered:
 				claim, args = m.claimHeads, m.headsClaimArgs(req)
 			}
@@ -382,7 +383,7 @@ func staleStatistics(t *testing.T, mode outbox.Mode) (*dbtest.Schema, *Relay) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.floor.at, r.floor.known = floor, true
+	r.engine.floor.Set(floor, math.MinInt64, nil, nil)
 	return db, r
 }
 
@@ -394,7 +395,7 @@ func lookupStatements(t *testing.T, tx pgx.Tx, db *dbtest.Schema, r *Relay) (cla
 	req := claimRequest{limit: 1000, bytes: 1 << 30, closed: []string{}}
 	switch m := r.mode.(type) {
 	case *unordered:
-		claimArgs = r.claimArgs(req)
+		claimArgs = r.engine.claims.claimArgs(req)
 		return m.claim, m.settle.archiveOnly, claimArgs, nil
 	case *partitioned:
 		if _, err := tx.Exec(context.Background(), "UPDATE "+db.Table("buckets")+" SET owner = $1, epoch = 1, lease_until = now() + interval '1 hour'", r.cfg.ID); err != nil {
@@ -601,7 +602,7 @@ func TestHeadsRepair_LooksAtTheFirstWaitingRowOfEachKey(t *testing.T) {
 	m := r.mode.(*ordered)
 
 	tx := planTx(t, db)
-	plan := explain(t, tx, m.repairHeads, r.idFloorArgs(pgx.StrictNamedArgs{"cap": headsRepairCap}))
+	plan := explain(t, tx, m.repairHeads, r.engine.idFloorArgs(pgx.StrictNamedArgs{"cap": headsRepairCap}))
 	if err := tx.Rollback(ctx); err != nil { // the explained update locked the row it repaired
 		t.Fatal(err)
 	}
@@ -649,7 +650,7 @@ func TestKeyLookups_RepairStepsThroughTheWaitingIndex(t *testing.T) {
 	db, r := staleStatistics(t, outbox.ModeOrdered)
 	db.Exec(t, `UPDATE %s.messages SET waiting = true WHERE id NOT IN (SELECT min(id) FROM %s.messages GROUP BY key)`)
 	tx := planTx(t, db)
-	plan := explain(t, tx, r.mode.(*ordered).repairHeads, r.idFloorArgs(pgx.StrictNamedArgs{"cap": headsRepairCap}))
+	plan := explain(t, tx, r.mode.(*ordered).repairHeads, r.engine.idFloorArgs(pgx.StrictNamedArgs{"cap": headsRepairCap}))
 	if uses := indexScans(plan, "", indexNamed("messages_waiting_idx")); len(uses) == 0 {
 		t.Errorf("the repair does not step through messages_waiting_idx")
 	}

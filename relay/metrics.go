@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"github.com/outbox-relay/outbox-relay/relay/internal/horizon"
 	"reflect"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,7 +16,7 @@ type Metrics struct {
 	ClaimRows     prometheus.Histogram
 	ClaimErrors   prometheus.Counter
 	// ClaimFloorLag, ClaimIndexEntries and ClaimBuffers show the claim's
-	// path through the hot table (floor.go, claimsample.go).
+	// path through the hot table (relay/internal/floor, claimrows.go).
 	ClaimFloorLag     prometheus.Gauge
 	ClaimIndexEntries prometheus.Histogram
 	ClaimBuffers      prometheus.Histogram
@@ -40,7 +41,7 @@ type Metrics struct {
 	StatsErrors        prometheus.Counter
 	RetentionDeleted   *prometheus.CounterVec
 
-	// The xmin horizon of the database (horizon.go), by holder.
+	// The xmin horizon of the database (relay/internal/horizon), by holder.
 	OldestSnapshotAge *prometheus.GaugeVec
 	OldestXminAge     *prometheus.GaugeVec
 
@@ -238,8 +239,8 @@ func (m *Metrics) exportSeries(sinks []string) {
 		m.Backlog.WithLabelValues(name)
 	}
 	m.Backlog.WithLabelValues(unknownSink)
-	for _, h := range horizonHolders {
-		if timedHolder(h) {
+	for _, h := range horizon.Holders {
+		if horizon.TimedHolder(h) {
 			m.OldestSnapshotAge.WithLabelValues(h)
 		}
 		m.OldestXminAge.WithLabelValues(h)

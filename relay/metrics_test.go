@@ -51,7 +51,7 @@ func TestMetrics_TellHowFarBehindAndWhy(t *testing.T) {
 
 	// While NATS is down, rows pile up: the backlog and its age show it.
 	b.nats.Stop()
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	relaytest.InsertRows(t, b.db, 300, "events.a")
 	waitfor.Condition(t, 10*time.Second, "the backlog gauge", func() bool {
 		return testutil.ToFloat64(m.Backlog.WithLabelValues("nats")) == 300
@@ -111,7 +111,7 @@ func TestRelay_CloudEventsHeadersAndTraceContextPassThrough(t *testing.T) {
 	b := setup(t)
 	cfg := b.config(t)
 	cfg.CloudEventsSource = "/orders-service"
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, headers) VALUES
 	  ('events.orders.created', '{"id":1}', 'evt-1', '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"}'),
 	  ('events.orders.paid', '{"id":2}', 'evt-2', '{"ce-type": "com.example.order.paid"}')`)

@@ -10,29 +10,29 @@ import (
 	"github.com/outbox-relay/outbox-relay/relay/internal/buckets"
 )
 
-// mode is what a delivery mode decides; the engine calls it and never
-// branches on the mode. Each mode is a file: unordered.go, ordered.go,
+// deliveryMode is what a delivery deliveryMode decides; the engine calls it and never
+// branches on the deliveryMode. Each deliveryMode is a file: unordered.go, ordered.go,
 // partitioned.go; this file is their registry.
-type mode interface {
+type deliveryMode interface {
 	// claimers returns the claim loops the relay runs.
 	claimers() []claimer
-	// deliver sends one sink's share of a claimed batch: all at once
-	// (delivery.all), or in waves that keep each key's order.
-	deliver(ctx context.Context, d *delivery)
+	// deliverBatch sends one sink's share of a claimed batch: all at once
+	// (sinkDelivery.sendAll), or in waves that keep each key's order.
+	deliverBatch(ctx context.Context, d *sinkDelivery)
 	// settleStatements returns the mode's settle statements.
 	settleStatements() settleStatements
 	// oldestClaimable returns what fills queryFloor's {oldest}: the
 	// oldest available_at at or above @start of a row the mode's claims
 	// may take (the claim floor's oldest visible row).
 	oldestClaimable() string
-	// fence returns the arguments of the settle statements' fence for the
+	// fenceArgs returns the arguments of the settle statements' fenceArgs for the
 	// outcomes items (nil when the mode has none).
-	fence(items []outcome) pgx.StrictNamedArgs
-	// settled learns that items were written down, or given up.
-	settled(items []outcome)
-	// run does the mode's own work until ctx ends, which happens once the
+	fenceArgs(items []rowOutcome) pgx.StrictNamedArgs
+	// afterSettle learns that items were written down, or given up.
+	afterSettle(items []rowOutcome)
+	// runMode does the mode's own work until ctx ends, which happens once the
 	// relay has settled every outcome.
-	run(ctx context.Context)
+	runMode(ctx context.Context)
 	// countDue counts the rows due per sink with add, for the backlog
 	// gauge, and refreshes the mode's own gauges. It reports whether the
 	// oldest due times it passed are the ones to report: when a row may be
@@ -41,15 +41,15 @@ type mode interface {
 	countDue(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) (oldestKnown bool, err error)
 }
 
-// newMode returns the mode r's configuration names.
-func newMode(r *Relay) mode {
-	switch r.cfg.Mode {
+// newMode returns the mode e's configuration names.
+func newMode(e *engine) deliveryMode {
+	switch e.cfg.Mode {
 	case outbox.ModeOrdered:
-		return newOrdered(r)
+		return newOrdered(e)
 	case outbox.ModePartitioned:
-		return newPartitioned(r)
+		return newPartitioned(e)
 	}
-	return newUnordered(r)
+	return newUnordered(e)
 }
 
 // switchStatements are what a switch of schema from one mode to another

@@ -43,8 +43,8 @@ type broadcast struct {
 
 func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
 
-// wait returns the channel the next wake closes.
-func (b *broadcast) wait() <-chan struct{} {
+// waitChan returns the channel the next wake closes.
+func (b *broadcast) waitChan() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.ch
@@ -184,7 +184,7 @@ func (l *Listener) listen(ctx context.Context) error {
 		return &notifyUnusableError{reason: "LISTEN was refused: " + redactConnError(err)}
 	}
 	listened := map[string]bool{}
-	if err := l.sync(ctx, conn, listened); err != nil {
+	if err := l.syncChannels(ctx, conn, listened); err != nil {
 		return err
 	}
 	// Behind a transaction-pooling PgBouncer LISTEN succeeds but its
@@ -235,7 +235,7 @@ func (l *Listener) listen(ctx context.Context) error {
 		}
 		select {
 		case <-l.changed:
-			if err := l.sync(ctx, conn, listened); err != nil {
+			if err := l.syncChannels(ctx, conn, listened); err != nil {
 				return err
 			}
 		default:
@@ -243,9 +243,9 @@ func (l *Listener) listen(ctx context.Context) error {
 	}
 }
 
-// sync LISTENs on every subscribed channel not yet listened to, and
+// syncChannels LISTENs on every subscribed channel not yet listened to, and
 // UNLISTENs from those no longer subscribed, recording them in listened.
-func (l *Listener) sync(ctx context.Context, conn *pgx.Conn, listened map[string]bool) error {
+func (l *Listener) syncChannels(ctx context.Context, conn *pgx.Conn, listened map[string]bool) error {
 	l.mu.Lock()
 	var add, drop []string
 	for ch := range l.subs {

@@ -20,7 +20,7 @@ func TestRelay_NotifyWakesTheClaimersAtOnce(t *testing.T) {
 	cfg := b.config(t)
 	cfg.Notify = true
 	cfg.PollInterval = time.Minute
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	// Inserts notify once the relay's heartbeat row asks for it, and reach
 	// the relay once its LISTEN has run (its connection's last statement).
 	relaytest.WaitFor(t, b.db, "SELECT count(*) = 1 FROM %s.relays WHERE notify")

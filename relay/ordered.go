@@ -19,7 +19,7 @@ import (
 // Rows without a key are claimed by a loop of their own and never held up.
 // See doc.go.
 type ordered struct {
-	r                             *Relay
+	e                             *engine
 	claimUnkeyed, claimHeads      string
 	repairHeads, backlog, blocked string
 	settle                        settleStatements
@@ -54,14 +54,14 @@ const headsRepairCap = 10_000
 // blockedKeysCap bounds the heads a refresh looks at for blocked keys.
 const blockedKeysCap = 10_000
 
-func newOrdered(r *Relay) *ordered {
-	s := r.cfg.Schema
+func newOrdered(e *engine) *ordered {
+	s := e.cfg.Schema
 	settle := renderSettle(s, settleSlots{}, true)
 	// A settle that deletes heads makes their keys' next rows candidates,
 	// in a statement of its own after the delete.
 	settle.then = render(queryHeadsPromote, s, nil)
 	return &ordered{
-		r:            r,
+		e:            e,
 		claimUnkeyed: renderClaim(s, unkeyedOnly),
 		claimHeads:   render(queryHeadsClaim, s, nil),
 		repairHeads:  render(queryHeadsRepair, s, nil),
@@ -76,42 +76,42 @@ func newOrdered(r *Relay) *ordered {
 // claimers returns two loops that claim the heads of keys, woken by
 // settles, and one for the rows without a key.
 func (m *ordered) claimers() []claimer {
-	heads := claimer{what: "heads of keys", claim: m.claim, wake: m.wake}
+	heads := claimer{what: "heads of keys", claim: m.claimHeadsOfKeys, wake: m.wake}
 	second := heads
 	second.follower = true
-	return []claimer{heads, second, {what: "rows without a key", claim: m.r.claimWith(m.claimUnkeyed)}}
+	return []claimer{heads, second, {what: "rows without a key", claim: m.e.claims.claimFunc(m.claimUnkeyed)}}
 }
 
 // headsClaimArgs returns the arguments of queryHeadsClaim for req.
 func (m *ordered) headsClaimArgs(req claimRequest) pgx.StrictNamedArgs {
-	args := m.r.idFloorArgs(m.r.claimArgs(req))
+	args := m.e.idFloorArgs(m.e.claims.claimArgs(req))
 	args["walk"] = max(req.limit/headsWalkShare, 1)
 	args["mark_after"] = m.markAfter
 	args["lock_wait"] = fmt.Sprintf("%dms", claimLockWait.Milliseconds())
 	return args
 }
 
-// claim leases the heads among the due candidates, with their runs, and
-// marks the others waiting (queryHeadsClaim). A claim that gave up a lock wait (it would
+// claimHeadsOfKeys leases the heads among the due candidates, with their runs, and
+// marks the others waiting (queryHeadsClaim). A claimHeadsOfKeys that gave up a lock wait (it would
 // have waited for a settle that may wait for it) found nothing: the
 // settle wakes the loop when it is done.
-func (m *ordered) claim(ctx context.Context, req claimRequest) ([]claimed, error) {
-	// With the claim's plan (claimInIndexOrder), as every claim: the
+func (m *ordered) claimHeadsOfKeys(ctx context.Context, req claimRequest) ([]claimedRow, error) {
+	// With the claim's plan (claimRunner.inIndexOrder), as every claim: the
 	// lookups of each key's oldest row and run must walk messages_key_idx in
 	// order and stop. Planned on a hot table's stale statistics, each was a
 	// bitmap scan that read and sorted all of its key's rows: with 100 keys
 	// 367 rows deep under a pinned horizon, 37k buffers and 1.5 s a claim,
 	// which leased nothing while the backlog grew.
-	batch, _, err := m.r.claimRows(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")
+	batch, _, err := m.e.claims.runClaim(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
-		m.r.log.Debug("a claim of heads gave up waiting for a row another transaction is changing", "err", err)
+		m.e.log.Debug("a claim of heads gave up waiting for a row another transaction is changing", "err", err)
 		return nil, nil
 	}
 	return batch, err
 }
 
-// deliver sends a key's run one row after the other.
-func (m *ordered) deliver(ctx context.Context, d *delivery) { deliverInKeyOrder(ctx, d) }
+// deliverBatch sends a key's run one row after the other.
+func (m *ordered) deliverBatch(ctx context.Context, d *sinkDelivery) { deliverInKeyOrder(ctx, d) }
 
 func (m *ordered) settleStatements() settleStatements { return m.settle }
 
@@ -121,19 +121,19 @@ func (m *ordered) settleStatements() settleStatements { return m.settle }
 // since.
 func (m *ordered) oldestClaimable() string { return oldestCandidate }
 
-func (m *ordered) fence([]outcome) pgx.StrictNamedArgs { return nil }
+func (m *ordered) fenceArgs([]rowOutcome) pgx.StrictNamedArgs { return nil }
 
-// settled wakes the head claimers: the keys of the settled heads have their
+// afterSettle wakes the head claimers: the keys of the afterSettle heads have their
 // next rows claimable.
-func (m *ordered) settled([]outcome) {
+func (m *ordered) afterSettle([]rowOutcome) {
 	select {
 	case m.wake <- struct{}{}:
 	default:
 	}
 }
 
-// run repairs the keys every retention interval (queryHeadsRepair).
-func (m *ordered) run(ctx context.Context) {
+// runMode repairs the keys every retention interval (queryHeadsRepair).
+func (m *ordered) runMode(ctx context.Context) {
 	t := time.NewTicker(retentionInterval)
 	defer t.Stop()
 	for {
@@ -150,23 +150,23 @@ func (m *ordered) run(ctx context.Context) {
 // holds up (queryHeadsRepair), and says so: they would wait for ever, and
 // the settles leave none.
 func (m *ordered) repair(ctx context.Context) {
-	rows, err := m.r.pool.Query(ctx, m.repairHeads, planPerExecution, m.r.idFloorArgs(pgx.StrictNamedArgs{"cap": headsRepairCap}))
+	rows, err := m.e.pool.Query(ctx, m.repairHeads, planPerExecution, m.e.idFloorArgs(pgx.StrictNamedArgs{"cap": headsRepairCap}))
 	if err != nil {
 		if ctx.Err() == nil {
-			m.r.log.Warn("repair keys", "err", err)
+			m.e.log.Warn("repair keys", "err", err)
 		}
 		return
 	}
 	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		if ctx.Err() == nil {
-			m.r.log.Warn("repair keys", "err", err)
+			m.e.log.Warn("repair keys", "err", err)
 		}
 		return
 	}
 	if len(keys) > 0 {
-		m.r.metrics.LanesRepaired.Add(float64(len(keys)))
-		m.r.log.Error("made rows claimable that waited behind no older row of their key (a row deleted by hand, or written with the relay's waiting column set)",
+		m.e.metrics.LanesRepaired.Add(float64(len(keys)))
+		m.e.log.Error("made rows claimable that waited behind no older row of their key (a row deleted by hand, or written with the relay's waiting column set)",
 			"num_rows", len(keys), "first_key", keys[0])
 	}
 }
@@ -176,7 +176,7 @@ func (m *ordered) repair(ctx context.Context) {
 // oldest due times, and sets the blocked keys and the rows waiting on their
 // key.
 func (m *ordered) countDue(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) (bool, error) {
-	rows, err := m.r.pool.Query(ctx, m.backlog, planPerExecution, pgx.StrictNamedArgs{"default_sink": m.r.cfg.DefaultSink, "cap": gaugeCountCap, "floor": m.r.floor.current()})
+	rows, err := m.e.pool.Query(ctx, m.backlog, planPerExecution, pgx.StrictNamedArgs{"default_sink": m.e.cfg.DefaultSink, "cap": gaugeCountCap, "floor": m.e.floor.Current()})
 	if err != nil {
 		return true, fmt.Errorf("query backlog: %w", err)
 	}
@@ -190,11 +190,11 @@ func (m *ordered) countDue(ctx context.Context, add func(sink string, due int64,
 		return true, fmt.Errorf("query backlog: %w", err)
 	}
 	var blocked, waiting int64
-	err = m.r.pool.QueryRow(ctx, m.blocked, planPerExecution, pgx.StrictNamedArgs{"heads_cap": blockedKeysCap, "cap": gaugeCountCap}).Scan(&blocked, &waiting)
+	err = m.e.pool.QueryRow(ctx, m.blocked, planPerExecution, pgx.StrictNamedArgs{"heads_cap": blockedKeysCap, "cap": gaugeCountCap}).Scan(&blocked, &waiting)
 	if err != nil {
 		return true, fmt.Errorf("count blocked keys: %w", err)
 	}
-	m.r.metrics.BlockedKeys.Set(float64(blocked))
-	m.r.metrics.WaitingOnKey.Set(float64(waiting))
+	m.e.metrics.BlockedKeys.Set(float64(blocked))
+	m.e.metrics.WaitingOnKey.Set(float64(waiting))
 	return true, nil
 }

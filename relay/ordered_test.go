@@ -100,7 +100,7 @@ func testDeliversEachKeyInInsertOrder(t *testing.T, set func(*relay.Config)) {
 INSERT INTO %s.messages (topic, payload, key, idempotency_key)
 SELECT 'events.ordered', convert_to(i::text, 'UTF8'), CASE WHEN i % 6 = 5 THEN NULL ELSE 'k' || (i % 6) END, i::text
   FROM generate_series(1, 600) AS i`)
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	relaytest.WaitDrained(t, b.db, 60*time.Second)
 
 	last := map[string]int{}
@@ -131,7 +131,7 @@ func TestRelay_OrderedModeAFailingHeadHoldsUpOnlyItsKey(t *testing.T) {
 	cfg.Mode = outbox.ModeOrdered
 	cfg.StatsInterval = 50 * time.Millisecond
 	cfg.BackoffMin, cfg.BackoffMax = time.Hour, time.Hour
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	// No stream captures nowhere.>: the head of key k fails and waits an
 	// hour. Key j and the rows without a key go on.
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key, available_at)
@@ -165,7 +165,7 @@ func TestRelay_OrderedModeProducersRacingTheSettlesLoseNothing(t *testing.T) {
 	cfg.Mode = outbox.ModeOrdered
 	sink := &sinktest.Memory{}
 	cfg.Sinks = map[string]sinks.Sink{"nats": sink}
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	// Producers keep writing to a few keys while the relay drains them, so
 	// that rows arrive behind heads being settled all the time; each
 	// transaction waits a little before committing.
@@ -209,7 +209,7 @@ func TestRelay_ReplicasOfAnotherModeRefuseToStart(t *testing.T) {
 	b := setup(t)
 	ordered := b.config(t)
 	ordered.ID, ordered.Mode = "ordered-1", outbox.ModeOrdered
-	stopOrdered := start(t, b, ordered)
+	_, stopOrdered := relaytest.Start(t, b.db.Pool, ordered)
 	waitfor.Condition(t, 10*time.Second, "the ordered relay to register", func() bool {
 		var mode outbox.Mode
 		_ = b.db.Pool.QueryRow(context.Background(), "SELECT mode FROM "+b.db.Table("relays")+" WHERE id = 'ordered-1'").Scan(&mode)
@@ -240,7 +240,7 @@ func TestRelay_ReplicasOfAnotherModeRefuseToStart(t *testing.T) {
 	// Once the ordered relay is gone, an unordered one switches the schema.
 	stopOrdered()
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'x', 'k')`)
-	start(t, b, unordered)
+	relaytest.Start(t, b.db.Pool, unordered)
 	relaytest.WaitDrained(t, b.db, 10*time.Second) // by the unordered relay: registered, switched
 	var mode outbox.Mode
 	if err := b.db.Pool.QueryRow(context.Background(), "SELECT mode FROM "+b.db.Table("relay_mode")).Scan(&mode); err != nil || mode != outbox.ModeUnordered {
@@ -281,7 +281,7 @@ func TestRelay_RegisteringRepairsTheHeadsIndexes(t *testing.T) {
 	}
 	cfg := b.config(t)
 	cfg.Mode = outbox.ModeOrdered
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	waitfor.Condition(t, 10*time.Second, "ordered mode's indexes to be built", func() bool { return headsIndexed(t, b) })
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'x', 'k')`)
 	relaytest.WaitDrained(t, b.db, 10*time.Second)

@@ -1,9 +1,13 @@
 package relay
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
@@ -24,8 +28,8 @@ const (
 	kindDead                         // move to the dead letters
 )
 
-// outcome is what became of one claimed row; the settler writes it down.
-type outcome struct {
+// rowOutcome is what became of one claimed row; the settler writes it down.
+type rowOutcome struct {
 	id      int64
 	seq     int32 // the claim's claim_seq: the settle's guard
 	attempt int
@@ -90,8 +94,8 @@ type claimTag struct {
 
 // newOutcome returns the outcome of m, claimed under t, for sink, without
 // its kind.
-func newOutcome(m *sinks.Message, t claimTag, sink string) outcome {
-	return outcome{id: m.ID, seq: t.seq, attempt: m.Attempt, sink: sink, size: len(m.Payload),
+func newOutcome(m *sinks.Message, t claimTag, sink string) rowOutcome {
+	return rowOutcome{id: m.ID, seq: t.seq, attempt: m.Attempt, sink: sink, size: len(m.Payload),
 		key: m.Key, keyed: t.keyed, bucket: t.bucket, epoch: t.epoch}
 }
 
@@ -108,4 +112,33 @@ func errorText(err error) string {
 		s += "…"
 	}
 	return s
+}
+
+// outcomeOf classifies the result err of delivering m under claim t, with
+// cfg's attempts and backoff.
+func outcomeOf(cfg *Config, m *sinks.Message, t claimTag, sink string, err error, shuttingDown bool) rowOutcome {
+	o := newOutcome(m, t, sink)
+	switch {
+	case err == nil:
+		o.kind = kindDelivered
+	case sinks.IsPermanent(err):
+		o.kind, o.reason, o.err = kindDead, outbox.ReasonPermanent, errorText(err)
+	case shuttingDown && errors.Is(err, context.Canceled):
+		o.kind = kindRelease // claimable again at once, by any relay
+	case errors.Is(err, sinks.ErrNotAttempted):
+		// The sink did not try (paused, disconnected, out of time): back
+		// without spending an attempt, after a pause, so that a sink that
+		// keeps refusing does not turn claims into a busy loop.
+		o.kind, o.delay = kindRelease, cfg.BackoffMin
+	case m.Attempt >= cfg.MaxAttempts:
+		o.kind, o.reason = kindDead, outbox.ReasonExhausted
+		o.err = fmt.Sprintf("after %d attempts: %s", m.Attempt, errorText(err))
+	default:
+		o.kind, o.err = kindRetry, errorText(err)
+		o.delay = backoffDelay(m.Attempt, cfg.BackoffMin, cfg.BackoffMax)
+		if after, ok := sinks.RetryDelay(err); ok && after > o.delay {
+			o.delay = after
+		}
+	}
+	return o
 }

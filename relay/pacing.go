@@ -34,8 +34,8 @@ func newClaimPacer(cs []claimer) *claimPacer {
 	return p
 }
 
-// started records that a loop began a claim of rows what at t.
-func (p *claimPacer) started(what string, t time.Time) {
+// claimStarted records that a loop began a claim of rows what at t.
+func (p *claimPacer) claimStarted(what string, t time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if t.After(p.last[what]) {

@@ -21,7 +21,7 @@ func TestClaimPacer_LoopsTakeTurns(t *testing.T) {
 			i = 1
 		}
 		start := next[i]
-		p.started("rows", start)
+		p.claimStarted("rows", start)
 		starts = append(starts, start)
 		now := start.Add(time.Millisecond) // the claim's round trip
 		next[i] = now.Add(p.afterRows("rows", start, now, every))
@@ -51,7 +51,7 @@ func TestClaimPacer_EarlyClaimsDoNotPushThePlansAhead(t *testing.T) {
 	now := time.Unix(0, 0)
 	for range 60000 { // a claim a millisecond, each 0.5 ms long
 		start := now
-		p.started("rows", start)
+		p.claimStarted("rows", start)
 		now = start.Add(500 * time.Microsecond)
 		if d := p.afterRows("rows", start, now, every); d > every {
 			t.Fatalf("after %s of early claims a loop would wait %s, more than %s", now.Sub(time.Unix(0, 0)), d, every)

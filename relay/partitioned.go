@@ -22,7 +22,7 @@ import (
 // key's rows are delivered in insert order, pipelined (deliverInKeyOrder).
 // See doc.go.
 type partitioned struct {
-	r      *Relay
+	e      *engine
 	owner  *buckets.Owner
 	held   *heldKeys
 	claims [2]string // [1] with held keys
@@ -40,29 +40,28 @@ type partitioned struct {
 // each walk took the index's order).
 const backlogBuckets = 16
 
-func newPartitioned(r *Relay) *partitioned {
-	s := r.cfg.Schema
+func newPartitioned(e *engine) *partitioned {
+	s := e.cfg.Schema
 	for _, change := range buckets.Changes {
-		r.metrics.BucketChanges.WithLabelValues(change)
+		e.metrics.BucketChanges.WithLabelValues(change)
 	}
 	m := &partitioned{
-		r:      r,
+		e:      e,
 		held:   newHeldKeys(),
 		claims: [2]string{renderBucketsClaim(s, false), renderBucketsClaim(s, true)},
 		settle: renderSettle(s, settleSlots{fenceCTE: bucketFenceCTE, fence: bucketFence}, true),
 	}
 	m.settle.dropped = "rows were claimed again, or their buckets are no longer this relay's, before it settled them; their outcome here is dropped and the bucket's owner delivers them"
 	m.owner = buckets.NewOwner(buckets.Config{
-		DB: r.pool, Schema: s, QuotedSchema: outbox.QuoteSchema(s), RelayID: r.cfg.ID, RowLease: r.cfg.Lease,
+		DB: e.pool, Schema: s, QuotedSchema: outbox.QuoteSchema(s), RelayID: e.cfg.ID, RowLease: e.cfg.Lease,
 		Heartbeat: func(ctx context.Context, tx pgx.Tx) error {
-			_, err := r.heartbeat(ctx, tx)
-			return err
+			return e.heartbeat(ctx, tx)
 		},
-		Logger: r.log,
+		Logger: e.log,
 		Hooks: buckets.Hooks{
-			Changed:    func(change string, n int) { r.metrics.BucketChanges.WithLabelValues(change).Add(float64(n)) },
-			HandedOver: func(d time.Duration) { r.metrics.BucketHandovers.Observe(d.Seconds()) },
-			Owned:      func(n int) { r.metrics.BucketsOwned.Set(float64(n)) },
+			Changed:    func(change string, n int) { e.metrics.BucketChanges.WithLabelValues(change).Add(float64(n)) },
+			HandedOver: func(d time.Duration) { e.metrics.BucketHandovers.Observe(d.Seconds()) },
+			Owned:      func(n int) { e.metrics.BucketsOwned.Set(float64(n)) },
 			Round:      m.roundDone,
 		},
 	})
@@ -89,7 +88,7 @@ func (m *partitioned) claimers() []claimer {
 // its size (each claim costs the database the same, and finds fewer rows
 // when more relays share the stream).
 func (m *partitioned) eagerPause() time.Duration {
-	return m.r.cfg.PollInterval / 10 * time.Duration(max(1, m.owner.Alive()/2))
+	return m.e.cfg.PollInterval / 10 * time.Duration(max(1, m.owner.Alive()/2))
 }
 
 // claimer returns a claim loop that claims from the owned buckets, each
@@ -101,15 +100,15 @@ func (m *partitioned) eagerPause() time.Duration {
 // over buckets, held under epochs, each giving at most its share; the
 // caller adds the held keys.
 func (m *partitioned) bucketsClaimArgs(req claimRequest, buckets []int32, epochs []int64, shares []int32) pgx.StrictNamedArgs {
-	args := m.r.claimArgs(req)
+	args := m.e.claims.claimArgs(req)
 	args["buckets"], args["epochs"], args["shares"] = buckets, epochs, shares
-	m.r.idFloorArgs(args)
+	m.e.idFloorArgs(args)
 	return args
 }
 
 func (m *partitioned) claimer() claimer {
 	backlog := false // the loop's last claim was full
-	claim := func(ctx context.Context, req claimRequest) ([]claimed, error) {
+	claim := func(ctx context.Context, req claimRequest) ([]claimedRow, error) {
 		most := 0
 		if backlog {
 			most = backlogBuckets
@@ -125,7 +124,7 @@ func (m *partitioned) claimer() claimer {
 			args["held_keys"] = held
 			stmt = m.claims[1]
 		}
-		batch, keys, err := m.r.claimRows(ctx, stmt, args, req, "claim rows of owned buckets")
+		batch, keys, err := m.e.claims.runClaim(ctx, stmt, args, req, "claim rows of owned buckets")
 		rows := make([]int32, len(batch))
 		for i := range batch {
 			// The epoch the claim checked, even if the bucket changed
@@ -134,13 +133,13 @@ func (m *partitioned) claimer() claimer {
 			rows[i] = batch[i].bucket
 		}
 		m.owner.Claimed(c, rows)
-		m.held.hold(keys, time.Now())
+		m.held.holdKeys(keys, time.Now())
 		if err != nil {
 			return nil, err
 		}
 		backlog = len(batch) == req.limit
-		if len(batch) > 0 && m.r.log.Enabled(ctx, slog.LevelDebug) {
-			m.r.log.Debug("claimed rows of owned buckets", "num_rows", len(batch), "fences", fences(batch))
+		if len(batch) > 0 && m.e.log.Enabled(ctx, slog.LevelDebug) {
+			m.e.log.Debug("claimed rows of owned buckets", "num_rows", len(batch), "fences", fences(batch))
 		}
 		return batch, nil
 	}
@@ -150,7 +149,7 @@ func (m *partitioned) claimer() claimer {
 // fences lists the buckets of batch with the epochs they were claimed
 // under, as "bucket:epoch" in bucket order, for the debug log that tests
 // read to check that no bucket is processed by two relays at once.
-func fences(batch []claimed) string {
+func fences(batch []claimedRow) string {
 	seen := map[int32]int64{}
 	for i := range batch {
 		seen[batch[i].bucket] = batch[i].epoch
@@ -167,16 +166,16 @@ func fences(batch []claimed) string {
 	return strings.Join(parts, ",")
 }
 
-func (m *partitioned) deliver(ctx context.Context, d *delivery) { deliverInKeyOrder(ctx, d) }
+func (m *partitioned) deliverBatch(ctx context.Context, d *sinkDelivery) { deliverInKeyOrder(ctx, d) }
 
 func (m *partitioned) settleStatements() settleStatements { return m.settle }
 
 func (m *partitioned) oldestClaimable() string { return oldestRow }
 
-// fence returns the distinct (bucket, epoch) pairs of items, with the
+// fenceArgs returns the distinct (bucket, epoch) pairs of items, with the
 // relay's id: a settle touches a row only while its bucket is still this
 // relay's under the epoch it was claimed under.
-func (m *partitioned) fence(items []outcome) pgx.StrictNamedArgs {
+func (m *partitioned) fenceArgs(items []rowOutcome) pgx.StrictNamedArgs {
 	seen := map[buckets.Fence]bool{}
 	var ids []int32
 	var epochs []int64
@@ -187,24 +186,24 @@ func (m *partitioned) fence(items []outcome) pgx.StrictNamedArgs {
 			ids, epochs = append(ids, f.Bucket), append(epochs, f.Epoch)
 		}
 	}
-	return pgx.StrictNamedArgs{"relay_id": m.r.cfg.ID, "fence_buckets": ids, "fence_epochs": epochs}
+	return pgx.StrictNamedArgs{"relay_id": m.e.cfg.ID, "fence_buckets": ids, "fence_epochs": epochs}
 }
 
-// settled tells the owner that the rows of items are no longer in flight
+// afterSettle tells the owner that the rows of items are no longer in flight
 // and lets their keys' next rows be claimed.
-func (m *partitioned) settled(items []outcome) {
+func (m *partitioned) afterSettle(items []rowOutcome) {
 	rows := make([]buckets.Fence, len(items))
 	for i := range items {
 		rows[i] = buckets.Fence{Bucket: items[i].bucket, Epoch: items[i].epoch}
 	}
 	m.owner.Settled(rows)
-	m.held.release(items)
+	m.held.releaseKeys(items)
 }
 
-// run keeps the relay's share of the buckets until ctx ends, then releases
+// runMode keeps the relay's share of the buckets until ctx ends, then releases
 // them.
-func (m *partitioned) run(ctx context.Context) {
-	m.live = m.r.live.Start("bucket owner")
+func (m *partitioned) runMode(ctx context.Context) {
+	m.live = m.e.live.Start("bucket owner")
 	defer m.live.Done()
 	m.owner.Run(ctx)
 }
@@ -216,16 +215,16 @@ func (m *partitioned) roundDone(err error) {
 	now := time.Now()
 	switch {
 	case err != nil && m.failing.begin(now):
-		m.r.log.Error("cannot renew or rebalance buckets; claims stop for each bucket whose lease runs short", "err", redactConnError(err))
-	case err != nil && m.failing.due(now):
-		m.r.log.Error("still cannot renew or rebalance buckets", "for", now.Sub(m.failing.since).Round(time.Second), "err", redactConnError(err))
+		m.e.log.Error("cannot renew or rebalance buckets; claims stop for each bucket whose lease runs short", "err", redactConnError(err))
+	case err != nil && m.failing.remindNow(now):
+		m.e.log.Error("still cannot renew or rebalance buckets", "for", now.Sub(m.failing.since).Round(time.Second), "err", redactConnError(err))
 	case err == nil && !m.failing.since.IsZero():
-		m.r.log.Info("renewing buckets again", "failed_for", m.failing.end(now).Round(time.Millisecond))
+		m.e.log.Info("renewing buckets again", "failed_for", m.failing.end(now).Round(time.Millisecond))
 	}
 }
 
 func (m *partitioned) countDue(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) (bool, error) {
-	return false, m.r.countDueRows(ctx, add)
+	return false, m.e.countDueRows(ctx, add)
 }
 
 // heldKeys are the keys the claims of this relay hold back
@@ -265,9 +264,9 @@ func (h *heldKeys) current(now time.Time) []string {
 	return keys
 }
 
-// hold holds the keys a claim reported until their time, and at least
+// holdKeys holds the keys a claim reported until their time, and at least
 // heldAtLeast from now.
-func (h *heldKeys) hold(keys []heldKey, now time.Time) {
+func (h *heldKeys) holdKeys(keys []heldKey, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	least := now.Add(heldAtLeast)
@@ -280,8 +279,8 @@ func (h *heldKeys) hold(keys []heldKey, now time.Time) {
 	}
 }
 
-// release lets go of the keys of settled outcomes.
-func (h *heldKeys) release(items []outcome) {
+// releaseKeys lets go of the keys of settled outcomes.
+func (h *heldKeys) releaseKeys(items []rowOutcome) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i := range items {

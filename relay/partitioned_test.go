@@ -38,7 +38,7 @@ SELECT 'events.partitioned', convert_to(i::text, 'UTF8'), CASE WHEN i % 41 = 40 
 		cfg.Lease = 2 * time.Second
 		cfg.BackoffMin, cfg.BackoffMax = 20*time.Millisecond, 50*time.Millisecond
 		cfg.Sinks = map[string]sinks.Sink{"nats": flaky}
-		start(t, b, cfg)
+		relaytest.Start(t, b.db.Pool, cfg)
 	}
 	relaytest.WaitDrained(t, b.db, 60*time.Second)
 
@@ -74,7 +74,7 @@ func TestRelay_PartitionedModeAFailingOldestRowHoldsUpOnlyItsKey(t *testing.T) {
 	cfg.Mode = outbox.ModePartitioned
 	cfg.Lease = 2 * time.Second
 	cfg.BackoffMin, cfg.BackoffMax = time.Hour, time.Hour
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	// No stream captures nowhere.>: the oldest row of key k fails and waits
 	// an hour. Key j and the rows without a key go on; k's other rows are
 	// never sent.
@@ -136,7 +136,7 @@ func TestRelay_PartitionedModeARelayThatLostItsBucketsSettlesNothing(t *testing.
 	cfg.Lease = 5 * time.Second
 	cfg.Sinks = map[string]sinks.Sink{"nats": sink}
 	metrics := cfg.Metrics
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	relaytest.InsertRows(t, b.db, 20, "events.lost")
 	<-started
 	waitfor.Condition(t, 10*time.Second, "relay A to have every row in flight", func() bool {
@@ -210,12 +210,12 @@ func TestRelay_PartitionedModeRebalancesAsRelaysComeAndGoMovingFewBuckets(t *tes
 		return cfg
 	}
 	a := newConfig("relay-a")
-	start(t, b, a)
+	relaytest.Start(t, b.db.Pool, a)
 	waitfor.Condition(t, 10*time.Second, "relay A to hold the 64 buckets", func() bool {
 		return maps.Equal(bucketsOf(t, b), map[string]int{"relay-a": 64})
 	})
 	c := newConfig("relay-c")
-	stopC := start(t, b, c)
+	_, stopC := relaytest.Start(t, b.db.Pool, c)
 	waitfor.Condition(t, 10*time.Second, "relays A and C to hold 32 each", func() bool {
 		return maps.Equal(bucketsOf(t, b), map[string]int{"relay-a": 32, "relay-c": 32})
 	})
@@ -244,7 +244,7 @@ func TestRelay_PartitionedModeARelayFrozenMidRoundDoesNotStopTheOthers(t *testin
 	cfg.ID = "relay-a"
 	cfg.Mode = outbox.ModePartitioned
 	cfg.Lease = 2 * time.Second
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	waitfor.Condition(t, 10*time.Second, "relay A to hold the 64 buckets", func() bool {
 		return maps.Equal(bucketsOf(t, b), map[string]int{"relay-a": 64})
 	})

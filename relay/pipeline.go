@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // pipelined is one statement of a pipeline and its arguments (nil: none).
@@ -13,7 +14,7 @@ type pipelined struct {
 	args pgx.StrictNamedArgs
 }
 
-// inPipeline runs stmts in one transaction on one connection, in one round
+// inPipeline runs stmts in one transaction on one connection of pool, in one round
 // trip: begin (BEGIN, or BEGIN with an isolation level), the statements and
 // COMMIT go in one pipeline. read reads the results of stmts, one each and
 // in order (br.Exec, br.Query, br.QueryRow); the COMMIT's is read after it,
@@ -21,8 +22,8 @@ type pipelined struct {
 // statement still takes its own snapshot under READ COMMITTED. A
 // connection left in a failed transaction is closed by the pool when
 // released.
-func (r *Relay) inPipeline(ctx context.Context, begin string, stmts []pipelined, read func(br pgx.BatchResults) error) (err error) {
-	conn, err := r.pool.Acquire(ctx)
+func inPipeline(ctx context.Context, pool *pgxpool.Pool, begin string, stmts []pipelined, read func(br pgx.BatchResults) error) (err error) {
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}

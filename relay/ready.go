@@ -31,7 +31,7 @@ type claimHealth struct {
 	lastErr error
 }
 
-func (h *claimHealth) failed(err error) {
+func (h *claimHealth) recordFailure(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.since.IsZero() {
@@ -40,14 +40,14 @@ func (h *claimHealth) failed(err error) {
 	h.lastErr = err
 }
 
-func (h *claimHealth) succeeded() {
+func (h *claimHealth) recordSuccess() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.since, h.lastErr = time.Time{}, nil
 }
 
-// check returns an error when claims have failed for claimsFailingFor.
-func (h *claimHealth) check(now time.Time) error {
+// checkHealth returns an error when claims have failed for claimsFailingFor.
+func (h *claimHealth) checkHealth(now time.Time) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.since.IsZero() || now.Sub(h.since) < claimsFailingFor {
@@ -90,7 +90,7 @@ type settleHealth struct {
 // maxRefusedIDs bounds the ids of refused rows that /readyz names.
 const maxRefusedIDs = 10
 
-func (h *settleHealth) failed(err error) {
+func (h *settleHealth) recordFailure(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.since.IsZero() {
@@ -99,7 +99,7 @@ func (h *settleHealth) failed(err error) {
 	h.lastErr = err
 }
 
-func (h *settleHealth) succeeded() {
+func (h *settleHealth) recordSuccess() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.since, h.lastErr = time.Time{}, nil
@@ -122,9 +122,9 @@ func (h *settleHealth) rowRefused(id int64, err error) {
 	}
 }
 
-// check returns an error when settles have failed for claimsFailingFor, or
+// checkHealth returns an error when settles have failed for claimsFailingFor, or
 // a row's settle was refused within refusedFor.
-func (h *settleHealth) check(now time.Time) error {
+func (h *settleHealth) checkHealth(now time.Time) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.refusedAt.IsZero() && now.Sub(h.refusedAt) < h.refusedFor {

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
-	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 // Many clients polling readiness at once ping the database once per
@@ -16,14 +16,7 @@ func TestReady_ManyChecksPingTheDatabaseOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	pool := b.db.NewPool(t, "ready-cache")
-	r, err := relay.New(pool, b.config(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	r, _ := relaytest.Start(t, pool, b.config(t))
 	waitfor.Condition(t, 10*time.Second, "the relay to be ready", func() bool { return r.Ready(context.Background()) == nil })
 
 	before := pool.Stat().AcquireCount()

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/internal/liveness"
@@ -76,12 +78,40 @@ func (e *SinkConflictError) Error() string {
 		e.Want, strings.Join(e.Alive, ", "))
 }
 
+// registry records the relay on its schema: at start (register) it
+// checks the relay's mode and default sink against the relays alive,
+// switching the schema's mode when none is, and then records that it is
+// alive (heartbeatLoop).
+type registry struct {
+	cfg  *Config
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	q    registryQueries
+}
+
+// registryQueries are the registry's statements, rendered.
+type registryQueries struct {
+	modeLock, modeRead, modeSwitch, modeSwitchLock, modeApply string
+	relaysHeartbeat, relaysRestart, relaysLeave, relaysSinks  string
+}
+
+// newRegistry returns the registry of a relay with cfg.
+func newRegistry(cfg *Config, pool *pgxpool.Pool, log *slog.Logger) *registry {
+	f := func(q string) string { return render(q, cfg.Schema, nil) }
+	return &registry{cfg: cfg, pool: pool, log: log, q: registryQueries{
+		modeLock: f(queryModeLock), modeRead: f(queryModeRead), modeSwitch: f(queryModeSwitch),
+		modeSwitchLock: f(queryModeSwitchLock), modeApply: f(queryModeApply),
+		relaysHeartbeat: f(queryRelaysHeartbeat), relaysRestart: f(queryRelaysRestart),
+		relaysLeave: f(queryRelaysLeave), relaysSinks: f(queryRelaysSinks),
+	}}
+}
+
 // checkSinks compares the relay's sinks with those the live relays of the
 // schema recorded, in tx: another default sink is a *SinkConflictError;
 // other sinks are logged (a row for a sink one relay lacks is dead-lettered
 // as no_sink by that relay).
-func (r *Relay) checkSinks(ctx context.Context, tx pgx.Tx) error {
-	rows, err := tx.Query(ctx, r.q.relaysSinks, pgx.StrictNamedArgs{"relay_id": r.cfg.ID, "alive": aliveFor})
+func (g *registry) checkSinks(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, g.q.relaysSinks, pgx.StrictNamedArgs{"relay_id": g.cfg.ID, "alive": aliveFor})
 	if err != nil {
 		return fmt.Errorf("register relay: read the sinks of the relays alive: %w", err)
 	}
@@ -94,19 +124,19 @@ func (r *Relay) checkSinks(ctx context.Context, tx pgx.Tx) error {
 	if err != nil {
 		return fmt.Errorf("register relay: read the sinks of the relays alive: %w", err)
 	}
-	mine := r.cfg.sinkNames()
+	mine := g.cfg.sinkNames()
 	var conflict []string
 	for _, o := range others {
 		switch {
-		case o.DefaultSink != r.cfg.DefaultSink:
+		case o.DefaultSink != g.cfg.DefaultSink:
 			conflict = append(conflict, fmt.Sprintf("%s (default sink %s)", o.ID, o.DefaultSink))
 		case !slices.Equal(o.Sinks, mine):
-			r.log.Warn("a relay alive on this schema has other sinks: a row whose destination is a sink one relay lacks is dead-lettered by it as no_sink",
+			g.log.Warn("a relay alive on this schema has other sinks: a row whose destination is a sink one relay lacks is dead-lettered by it as no_sink",
 				"other_relay", o.ID, "its_sinks", o.Sinks, "sinks", mine)
 		}
 	}
 	if len(conflict) > 0 {
-		return &SinkConflictError{Want: r.cfg.DefaultSink, Alive: conflict}
+		return &SinkConflictError{Want: g.cfg.DefaultSink, Alive: conflict}
 	}
 	return nil
 }
@@ -119,19 +149,19 @@ func (c Config) sinkNames() []string {
 // register checks the relay's mode against the schema's and records the
 // relay as alive. When the modes differ and no relay of the schema's mode is
 // alive, it switches the schema to this relay's mode (switchStatements).
-func (r *Relay) register(ctx context.Context) error {
-	tx, err := r.pool.Begin(ctx)
+func (g *registry) register(ctx context.Context) error {
+	tx, err := g.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("register relay: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, r.q.modeLock, pgx.StrictNamedArgs{"lock_name": "outbox-relay:mode:" + r.cfg.Schema}); err != nil {
+	if _, err := tx.Exec(ctx, g.q.modeLock, pgx.StrictNamedArgs{"lock_name": "outbox-relay:mode:" + g.cfg.Schema}); err != nil {
 		return fmt.Errorf("register relay: lock the schema's mode: %w", err)
 	}
-	want := r.cfg.Mode
+	want := g.cfg.Mode
 	var recorded outbox.Mode
 	var alive []string
-	err = tx.QueryRow(ctx, r.q.modeRead, pgx.StrictNamedArgs{"relay_id": r.cfg.ID, "alive": aliveFor, "mode": want}).Scan(&recorded, &alive)
+	err = tx.QueryRow(ctx, g.q.modeRead, pgx.StrictNamedArgs{"relay_id": g.cfg.ID, "alive": aliveFor, "mode": want}).Scan(&recorded, &alive)
 	if err != nil {
 		return fmt.Errorf("register relay: read the schema's mode: %w", err)
 	}
@@ -139,22 +169,22 @@ func (r *Relay) register(ctx context.Context) error {
 		if len(alive) > 0 {
 			return &ModeConflictError{Want: want, Recorded: recorded, Alive: alive}
 		}
-		if err := r.switchMode(ctx, tx, recorded); err != nil {
+		if err := g.switchMode(ctx, tx, recorded); err != nil {
 			return err
 		}
 	}
-	if err := r.checkSinks(ctx, tx); err != nil {
+	if err := g.checkSinks(ctx, tx); err != nil {
 		return err
 	}
 	// The insert triggers of the mode: set by a switch, and repaired here
 	// when something else (a restore, a hand edit) left them wrong.
-	if _, err := tx.Exec(ctx, r.q.modeApply); err != nil {
+	if _, err := tx.Exec(ctx, g.q.modeApply); err != nil {
 		return fmt.Errorf("register relay: enable the insert triggers of %s mode: %w", want, err)
 	}
-	if _, err := r.heartbeat(ctx, tx); err != nil {
+	if _, err := g.recordHeartbeat(ctx, tx); err != nil {
 		return fmt.Errorf("register relay: %w", err)
 	}
-	if _, err := tx.Exec(ctx, r.q.relaysRestart, pgx.StrictNamedArgs{"relay_id": r.cfg.ID}); err != nil {
+	if _, err := tx.Exec(ctx, g.q.relaysRestart, pgx.StrictNamedArgs{"relay_id": g.cfg.ID}); err != nil {
 		return fmt.Errorf("register relay: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -165,20 +195,20 @@ func (r *Relay) register(ctx context.Context) error {
 
 // switchMode records this relay's mode as the schema's, in tx, and runs
 // the switch's statements with producers held out.
-func (r *Relay) switchMode(ctx context.Context, tx pgx.Tx, from outbox.Mode) error {
-	want := r.cfg.Mode
-	if _, err := tx.Exec(ctx, r.q.modeSwitchLock); err != nil {
+func (g *registry) switchMode(ctx context.Context, tx pgx.Tx, from outbox.Mode) error {
+	want := g.cfg.Mode
+	if _, err := tx.Exec(ctx, g.q.modeSwitchLock); err != nil {
 		return fmt.Errorf("switch the schema to %s mode: hold producers back: %w", want, err)
 	}
-	if _, err := tx.Exec(ctx, r.q.modeSwitch, pgx.StrictNamedArgs{"mode": want, "relay_id": r.cfg.ID}); err != nil {
+	if _, err := tx.Exec(ctx, g.q.modeSwitch, pgx.StrictNamedArgs{"mode": want, "relay_id": g.cfg.ID}); err != nil {
 		return fmt.Errorf("switch the schema to %s mode: %w", want, err)
 	}
-	for _, stmt := range switchStatements(r.cfg.Schema, from, want) {
+	for _, stmt := range switchStatements(g.cfg.Schema, from, want) {
 		if _, err := tx.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("switch the schema to %s mode: %w", want, err)
 		}
 	}
-	r.log.Warn("switched the schema's delivery mode: no other relay was alive", "from", from, "to", want)
+	g.log.Warn("switched the schema's delivery mode: no other relay was alive", "from", from, "to", want)
 	return nil
 }
 
@@ -188,13 +218,13 @@ type queryRower interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// heartbeat registers the relay or records that it is alive, through db,
+// recordHeartbeat registers the relay or records that it is alive, through db,
 // and returns the schema's mode.
-func (r *Relay) heartbeat(ctx context.Context, db queryRower) (outbox.Mode, error) {
+func (g *registry) recordHeartbeat(ctx context.Context, db queryRower) (outbox.Mode, error) {
 	var recorded outbox.Mode
-	err := db.QueryRow(ctx, r.q.relaysHeartbeat, pgx.StrictNamedArgs{
-		"relay_id": r.cfg.ID, "version": r.cfg.Version, "mode": r.cfg.Mode, "notify": r.cfg.Notify,
-		"default_sink": r.cfg.DefaultSink, "sinks": r.cfg.sinkNames(),
+	err := db.QueryRow(ctx, g.q.relaysHeartbeat, pgx.StrictNamedArgs{
+		"relay_id": g.cfg.ID, "version": g.cfg.Version, "mode": g.cfg.Mode, "notify": g.cfg.Notify,
+		"default_sink": g.cfg.DefaultSink, "sinks": g.cfg.sinkNames(),
 	}).Scan(&recorded)
 	return recorded, err
 }
@@ -205,7 +235,7 @@ func (r *Relay) heartbeat(ctx context.Context, db queryRower) (outbox.Mode, erro
 // record is given up after heartbeatTimeout: a database that stops
 // answering without closing the connection (a network partition, a proxy
 // that hangs) must not hold the loop. It beats live once per record.
-func (r *Relay) heartbeatLoop(ctx context.Context, live *liveness.Loop) error {
+func (g *registry) heartbeatLoop(ctx context.Context, live *liveness.Loop) error {
 	t := time.NewTicker(heartbeatInterval)
 	defer t.Stop()
 	for {
@@ -214,19 +244,35 @@ func (r *Relay) heartbeatLoop(ctx context.Context, live *liveness.Loop) error {
 		case <-ctx.Done():
 			leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			defer cancel()
-			_, _ = r.pool.Exec(leaveCtx, r.q.relaysLeave, pgx.StrictNamedArgs{"relay_id": r.cfg.ID})
+			_, _ = g.pool.Exec(leaveCtx, g.q.relaysLeave, pgx.StrictNamedArgs{"relay_id": g.cfg.ID})
 			return nil
 		case <-t.C:
 		}
 		live.Beat()
 		beatCtx, cancel := context.WithTimeout(ctx, heartbeatTimeout)
-		recorded, err := r.heartbeat(beatCtx, r.pool)
+		recorded, err := g.recordHeartbeat(beatCtx, g.pool)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:
-			r.log.Warn("record heartbeat", "err", err)
-		case err == nil && recorded != r.cfg.Mode:
-			return &ModeChangedError{Want: r.cfg.Mode, Recorded: recorded}
+			g.log.Warn("record heartbeat", "err", err)
+		case err == nil && recorded != g.cfg.Mode:
+			return &ModeChangedError{Want: g.cfg.Mode, Recorded: recorded}
 		}
+	}
+}
+
+// registerWithRetry registers the relay (register), retrying while the
+// database fails and ctx lasts; a refusal to start beside the live relays
+// (refusedToStart) is returned at once.
+func (g *registry) registerWithRetry(ctx context.Context) error {
+	wait := 250 * time.Millisecond
+	for {
+		err := g.register(ctx)
+		if err == nil || refusedToStart(err) || ctx.Err() != nil {
+			return err
+		}
+		g.log.Warn("could not register on the schema; retrying", "err", err, "retry_in", wait)
+		sleep(ctx, wait)
+		wait = min(2*wait, 5*time.Second)
 	}
 }

@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/internal/floor"
+	"github.com/outbox-relay/outbox-relay/relay/internal/horizon"
 	"github.com/outbox-relay/outbox-relay/relay/internal/liveness"
-	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
 // settleGrace is how long settling may go on after the drain timeout at
@@ -26,66 +27,47 @@ const settleGrace = 5 * time.Second
 const settlers = 2
 
 // Relay moves rows from the outbox table to their sinks. Create it with New
-// and run it with Run.
+// and run it with Run. It only wires: each concern is a value of its own
+// (the claim loops, the dispatcher and its deliveries, the settlers, the
+// registry, the gauges, retention, the claim floor), and the mode receives
+// the engine (engine.go), not the Relay.
 type Relay struct {
-	cfg     Config
-	pool    *pgxpool.Pool
-	q       queries
-	log     *slog.Logger
-	metrics *Metrics
+	cfg  Config
+	pool *pgxpool.Pool
+	log  *slog.Logger
 
-	// mode is what the delivery mode decides (modes.go), and settleSQL its
-	// settle statements.
-	mode      mode
-	settleSQL settleStatements
-
-	inflight   *inFlight
-	draining   atomic.Bool
-	deliveries sync.WaitGroup
-	settleCh   chan []outcome
-	// claimHealth records, per claim loop, since when its claims fail.
-	claimHealth []claimHealth
-	// pacer spaces the loops' claims of a steady stream (pacing.go).
-	pacer *claimPacer
-	// settleHealth records since when settles fail, and the rows whose
-	// settle is refused on their own.
+	mode       deliveryMode
+	engine     *engine
+	claims     *claimLoops
+	dispatcher *dispatcher
+	settler    *settler
+	registry   *registry
+	gauges     *gaugeRefresher
+	retention  *retentionJanitor
+	floor      *floor.Refresher
+	failures   *failureLogs
+	watches    *sinkWatches
+	// claimHealth records, per claim loop, since when its claims fail;
+	// settleHealth since when settles fail, and the rows whose settle is
+	// refused on their own.
+	claimHealth  []claimHealth
 	settleHealth *settleHealth
+	draining     atomic.Bool
 	// readiness is Ready's last answer, and until when it serves.
 	readiness struct {
 		mu    sync.Mutex
 		until time.Time
 		err   error
 	}
-	// watches follow each sink's availability and deliveries (watch.go).
-	watches map[string]*sinkWatch
-	// notified wakes every claim loop when a producer inserted
-	// (Config.Notify; notify.go), through notify, the database's listener
-	// (nil without Notify); ownListener is set when the relay runs it.
-	notified *broadcast
-	notify   *Listener
-	// found wakes the follower claim loops when a loop found rows.
-	found       *broadcast
+	// listener is the database's listener (Config.Notify; notify.go), nil
+	// without Notify; ownListener is set when the relay runs it.
+	listener    *Listener
 	ownListener bool
-	// idlePause is the claim loops' current pause after an empty claim
-	// (claimLoop), which paces the floor's refreshes while idle.
-	idlePause atomic.Int64
-	// failures gathers each sink's failed deliveries for the log
-	// (failureLogs.loop).
-	failures *failureLogs
-	// tracer makes the send spans; nil when tracing is off
-	// (Config.TracerProvider), and sinkTraces what they carry by sink.
-	tracer     trace.Tracer
-	sinkTraces map[string]*sinkTrace
-	// horizonWarned is set once the relay has said that its role cannot
-	// time other roles' snapshots (refreshHorizon).
-	horizonWarned atomic.Bool
-	// floor is where claims start on the due index (floor.go), and
-	// claimSampler says which claims are measured (claimsample.go).
-	floor        *claimFloor
-	claimSampler claimSampler
 	// live follows the claim, settle and heartbeat loops and the bucket
-	// owner (Live; live.go).
+	// owner (Live).
 	live *liveness.Monitor
+	// autovacuum is queryAutovacuum, rendered.
+	autovacuum string
 }
 
 // New returns a relay over pool, which must reach a database migrated by
@@ -97,41 +79,55 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	}
 	cfg.Metrics.exportSeries(slices.Collect(maps.Keys(cfg.Sinks)))
 	log := cfg.Logger.With("relay_id", cfg.ID, "schema", cfg.Schema)
-	r := &Relay{
-		cfg:      cfg,
-		pool:     pool,
-		q:        renderQueries(cfg.Schema),
-		log:      log,
-		metrics:  cfg.Metrics,
-		inflight: newInFlight(cfg.MaxInFlight, cfg.MaxInFlightBytes),
-		settleCh: make(chan []outcome, 64),
-		notified: newBroadcast(),
-		found:    newBroadcast(),
-		failures: newFailureLogs(log, cfg.Sinks),
-		floor:    newFloor(),
-	}
-	r.idlePause.Store(int64(cfg.PollInterval))
-	r.live = newLiveness(r, livenessThreshold(cfg.Lease))
+	r := &Relay{cfg: cfg, pool: pool, log: log}
+	c, metrics := &r.cfg, cfg.Metrics
+	r.live = newLiveness(log, livenessThreshold(cfg.Lease))
 	if cfg.Notify {
-		r.notify = cfg.Listener
-		if r.notify == nil {
-			r.notify, r.ownListener = NewListener(pool, log), true
+		r.listener = cfg.Listener
+		if r.listener == nil {
+			r.listener, r.ownListener = NewListener(pool, log), true
 		}
 	}
-	if cfg.TracerProvider != nil {
-		r.tracer = cfg.TracerProvider.Tracer(tracerName, trace.WithInstrumentationVersion(cfg.Version))
-		r.sinkTraces = newSinkTraces(cfg)
+	r.registry = newRegistry(c, pool, log)
+	r.engine = &engine{cfg: c, pool: pool, log: log, metrics: metrics,
+		claims: newClaimRunner(cfg, pool, log), live: r.live,
+		heartbeat: func(ctx context.Context, db queryRower) error {
+			_, err := r.registry.recordHeartbeat(ctx, db)
+			return err
+		},
+		backlog: render(queryMessagesBacklog, cfg.Schema, nil),
 	}
-	r.mode = newMode(r)
-	r.q.floor, r.q.floorRescan = renderFloor(cfg.Schema, r.mode.oldestClaimable())
-	r.settleSQL = r.mode.settleStatements()
-	r.claimHealth = make([]claimHealth, len(r.mode.claimers()))
-	r.pacer = newClaimPacer(r.mode.claimers())
+	r.mode = newMode(r.engine)
+	r.floor = floor.New(floor.Config{
+		DB: pool, Statements: floor.Render(outbox.QuoteSchema(cfg.Schema), r.mode.oldestClaimable()),
+		ClaimPlan: r.engine.claims.plan, Lease: cfg.Lease, Logger: log, Redact: redactConnError,
+		IdlePause: func() time.Duration { return time.Duration(r.claims.idlePause.Load()) },
+		Hooks:     floor.Hooks{Lag: func(d time.Duration) { metrics.ClaimFloorLag.Set(d.Seconds()) }},
+	})
+	r.engine.floor, r.engine.claims.floor = r.floor.State, r.floor.State
+	claimers := r.mode.claimers()
+	inflight := newInFlight(cfg.MaxInFlight, cfg.MaxInFlightBytes)
+	r.failures = newFailureLogs(log, cfg.Sinks)
+	r.watches = newSinkWatches(c, log)
+	r.claimHealth = make([]claimHealth, len(claimers))
 	r.settleHealth = &settleHealth{refusedFor: 2 * cfg.Lease}
-	r.watches = make(map[string]*sinkWatch, len(cfg.Sinks))
-	for name := range cfg.Sinks {
-		r.watches[name] = &sinkWatch{stallAfter: cfg.StallAfter, lastSuccess: time.Now()}
-	}
+	settle := make(chan []rowOutcome, 64)
+	r.dispatcher = &dispatcher{cfg: c, mode: r.mode, inflight: inflight, metrics: metrics, failures: r.failures,
+		observers: newSinkObservers(c, log, r.watches, r.failures, settle), settle: settle}
+	r.claims = &claimLoops{cfg: c, log: log, metrics: metrics, loops: len(claimers), inflight: inflight,
+		watches: r.watches, pacer: newClaimPacer(claimers), dispatcher: r.dispatcher, floor: r.floor.State,
+		notified: newBroadcast(), found: newBroadcast(), listener: r.listener}
+	r.claims.idlePause.Store(int64(cfg.PollInterval))
+	r.settler = &settler{cfg: c, pool: pool, log: log, metrics: metrics, mode: r.mode,
+		sql: r.mode.settleStatements(), health: r.settleHealth, inflight: inflight}
+	r.gauges = &gaugeRefresher{cfg: c, pool: pool, log: log, metrics: metrics, mode: r.mode, floor: r.floor.State,
+		tableHealth: render(queryTableHealth, cfg.Schema, nil),
+		horizon: horizon.New(horizon.Config{DB: pool, Logger: log, Hooks: horizon.Hooks{
+			SnapshotAge: func(h string, s float64) { metrics.OldestSnapshotAge.WithLabelValues(h).Set(s) },
+			XminAge:     func(h string, x float64) { metrics.OldestXminAge.WithLabelValues(h).Set(x) },
+		}})}
+	r.retention = newRetention(c, pool, log)
+	r.autovacuum = render(queryAutovacuum, cfg.Schema, nil)
 	return r, nil
 }
 
@@ -145,7 +141,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 // mode changed under it. Database and sink failures are logged, counted and
 // retried.
 func (r *Relay) Run(ctx context.Context) error {
-	if err := r.registerWithRetry(ctx); err != nil {
+	if err := r.registry.registerWithRetry(ctx); err != nil {
 		if ctx.Err() != nil && !refusedToStart(err) {
 			return nil // stopped before it started: nothing claimed
 		}
@@ -165,33 +161,32 @@ func (r *Relay) Run(ctx context.Context) error {
 		live := r.live.Start(fmt.Sprintf("settle loop %d", i+1))
 		settling.Go(func() {
 			defer live.Done()
-			r.settleLoop(settleCtx, r.settleCh, live)
+			r.settler.settleLoop(settleCtx, r.dispatcher.settle, live)
 		})
 	}
 	// The mode's own work goes on until everything is settled.
 	modeCtx, stopMode := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopMode()
 	var moding sync.WaitGroup
-	moding.Go(func() { r.mode.run(modeCtx) })
+	moding.Go(func() { r.mode.runMode(modeCtx) })
 	var background sync.WaitGroup
-	background.Go(func() { r.statsLoop(runCtx) })
-	background.Go(func() { r.floorLoop(runCtx) })
-	background.Go(func() { r.rescanLoop(runCtx) })
-	background.Go(func() { r.retentionLoop(runCtx) })
-	background.Go(func() { r.failures.loop(runCtx) })
+	background.Go(func() { r.gauges.refreshLoop(runCtx) })
+	background.Go(func() { r.floor.Run(runCtx) })
+	background.Go(func() { r.retention.retentionLoop(runCtx) })
+	background.Go(func() { r.failures.logLoop(runCtx) })
 	background.Go(func() { r.live.Run(runCtx) })
-	if r.notify != nil {
-		notified, unsubscribe := r.notify.subscribe(r.cfg.Schema)
+	if r.listener != nil {
+		notified, unsubscribe := r.listener.subscribe(r.cfg.Schema)
 		defer unsubscribe()
-		r.notified = notified
+		r.claims.notified = notified
 		if r.ownListener {
-			background.Go(func() { r.notify.Run(runCtx) })
+			background.Go(func() { r.listener.Run(runCtx) })
 		}
 	}
 	heartbeat := r.live.Start("heartbeat loop")
 	background.Go(func() {
 		defer heartbeat.Done()
-		if err := r.heartbeatLoop(runCtx, heartbeat); err != nil {
+		if err := r.registry.heartbeatLoop(runCtx, heartbeat); err != nil {
 			r.log.Error("stopping", "err", err)
 			stop(err)
 		}
@@ -199,27 +194,27 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	r.log.Info("relay started", "mode", r.cfg.Mode, "sinks", slices.Sorted(maps.Keys(r.cfg.Sinks)),
 		"default_sink", r.cfg.DefaultSink, "batch_size", r.cfg.BatchSize, "lease", r.cfg.Lease)
-	checkAutovacuum(runCtx, r.pool, r.q.autovacuum, r.cfg.Schema, r.log)
+	checkAutovacuum(runCtx, r.pool, r.autovacuum, r.cfg.Schema, r.log)
 	var claiming sync.WaitGroup
 	for i, c := range r.mode.claimers() {
 		live := r.live.Start(fmt.Sprintf("claim loop %d (%s)", i+1, c.what))
 		claiming.Go(func() {
 			defer live.Done()
-			r.claimLoop(runCtx, deliverCtx, c, &r.claimHealth[i], live)
+			r.claims.run(runCtx, deliverCtx, c, &r.claimHealth[i], live)
 		})
 	}
 	claiming.Wait()
 	r.draining.Store(true)
 
-	inFlight := r.inflight.total()
+	inFlight := r.dispatcher.inflight.total()
 	r.log.Info("draining: claiming stopped, waiting for in-flight deliveries",
 		"num_in_flight", inFlight, "drain_timeout", r.cfg.DrainTimeout)
 	cutoff := time.AfterFunc(r.cfg.DrainTimeout, cancelDeliveries)
 	hardStop := time.AfterFunc(r.cfg.DrainTimeout+settleGrace, cancelSettle)
 	defer hardStop.Stop()
-	r.deliveries.Wait()
+	r.dispatcher.deliveries.Wait()
 	cutoff.Stop()
-	close(r.settleCh)
+	close(r.dispatcher.settle)
 	settling.Wait()
 	stopMode()
 	moding.Wait()
@@ -265,37 +260,28 @@ func (r *Relay) ready(ctx context.Context) error {
 	}
 	now := time.Now()
 	for i := range r.claimHealth {
-		if err := r.claimHealth[i].check(now); err != nil {
+		if err := r.claimHealth[i].checkHealth(now); err != nil {
 			return err
 		}
 	}
-	if err := r.settleHealth.check(now); err != nil {
+	if err := r.settleHealth.checkHealth(now); err != nil {
 		return err
 	}
-	for name, s := range r.cfg.Sinks {
-		var available error
-		if a, ok := s.(sinks.Availability); ok {
-			available = a.Available()
-		}
-		if err := r.watches[name].ready(now, available); err != nil {
-			return fmt.Errorf("sink %s: %w", name, err)
-		}
-	}
-	return nil
+	return r.watches.ready(now)
 }
 
-// registerWithRetry registers the relay (register), retrying while the
-// database fails and ctx lasts; a refusal to start beside the live relays
-// (refusedToStart) is returned at once.
-func (r *Relay) registerWithRetry(ctx context.Context) error {
-	wait := 250 * time.Millisecond
-	for {
-		err := r.register(ctx)
-		if err == nil || refusedToStart(err) || ctx.Err() != nil {
-			return err
-		}
-		r.log.Warn("could not register on the schema; retrying", "err", err, "retry_in", wait)
-		sleep(ctx, wait)
-		wait = min(2*wait, 5*time.Second)
+// Live reports whether the relay's engine still turns: nil while each of
+// its claim loops, its settle loops, its heartbeat and (in partitioned
+// mode) its bucket owner either waits or came round within the liveness
+// threshold (three leases, at least two minutes), else an error naming
+// the loops that are stuck. A relay that is merely waiting (for its
+// database, for a sink, for rows, for its deliveries to drain at
+// shutdown) is live: it recovers by itself, and a restart would not help.
+// Ready says whether it can work; Live whether only a restart can make it
+// work again.
+func (r *Relay) Live() error {
+	if err := r.live.Check(); err != nil {
+		return fmt.Errorf("the relay no longer turns: %w", err)
 	}
+	return nil
 }

@@ -5,14 +5,12 @@ import (
 	"context"
 	"log/slog"
 	"maps"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +19,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/internal/natstest"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testlog"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -72,55 +71,11 @@ func (b *bundle) config(t testing.TB) relay.Config {
 	}
 }
 
-// start runs a relay with cfg until the returned function is called (or
-// the test ends); that function waits for Run to return nil.
-func start(t testing.TB, b *bundle, cfg relay.Config) (stop func()) {
-	t.Helper()
-	return startOn(t, b.db.Pool, cfg)
-}
-
-// startOn is start with the relay on its own pool.
-func startOn(t testing.TB, pool *pgxpool.Pool, cfg relay.Config) (stop func()) {
-	t.Helper()
-	r, err := relay.New(pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run returned %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("Run did not return within 30s of cancel")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
+// testLogger returns the relay tests' logger: warnings and errors in the
+// test's output, everything with TEST_LOG set.
 func testLogger(t testing.TB) *slog.Logger {
-	level := slog.LevelWarn
-	if os.Getenv("TEST_LOG") != "" {
-		level = slog.LevelDebug
-	}
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: level}))
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(string(bytes.TrimRight(p, "\n")))
-	return len(p), nil
+	log, _ := testlog.New(t, slog.LevelWarn)
+	return log
 }
 
 func TestRelay_DeliversPlainSQLRowsOnceByteForByte(t *testing.T) {
@@ -129,7 +84,7 @@ func TestRelay_DeliversPlainSQLRowsOnceByteForByte(t *testing.T) {
 	const n = 3000
 	relaytest.InsertRows(t, b.db, n, "events.orders.created")
 	cfg := b.config(t)
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 
 	relaytest.WaitDrained(t, b.db, relaytest.Budget(n))
 	waitfor.Condition(t, 10*time.Second, "all messages in the stream", func() bool { return b.nats.Count(t, stream) >= n })
@@ -171,8 +126,8 @@ func TestRelay_TwoRelaysShareATableWithoutDuplicates(t *testing.T) {
 	cfgA.ID, cfgB.ID = "relay-a", "relay-b"
 	cfgA.BatchSize, cfgB.BatchSize = 200, 200
 	cfgB.Sinks = map[string]sinks.Sink{"nats": newSink(t, b.nats.URL())}
-	start(t, b, cfgA)
-	start(t, b, cfgB)
+	relaytest.Start(t, b.db.Pool, cfgA)
+	relaytest.Start(t, b.db.Pool, cfgB)
 
 	relaytest.WaitDrained(t, b.db, relaytest.Budget(n))
 	waitfor.Condition(t, 10*time.Second, "every publish to reach the subscriber", func() bool {
@@ -231,7 +186,7 @@ func testNATSOutageLosesNothing(t *testing.T, set func(*relay.Config)) {
 	cfg := b.config(t)
 	set(&cfg)
 	cfg.BatchSize = 100
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 
 	relaytest.InsertRows(t, b.db, n/2, "events.orders.created")
 	waitfor.Condition(t, 30*time.Second, "some deliveries", func() bool { return b.db.Count(t, "archive") > 0 })
@@ -265,7 +220,7 @@ func testTerminatedBackendsReconnectAndLoseNothing(t *testing.T, set func(*relay
 	cfg.BatchSize = 100
 	cfg.Lease = 3 * time.Second
 	relayApp := "relay-" + b.db.Name
-	startOn(t, b.db.NewPool(t, relayApp), cfg)
+	relaytest.Start(t, b.db.NewPool(t, relayApp), cfg)
 	relaytest.InsertRows(t, b.db, n, "events.orders.created")
 
 	admin := b.db.Conn(t)
@@ -296,7 +251,7 @@ func TestRelay_PoisonMessageIsDeadLetteredWhileTheRestFlow(t *testing.T) {
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.*', 'x', 'wildcard')`)
 	relaytest.InsertRows(t, b.db, 100, "events.orders.created")
 	cfg := b.config(t)
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 
 	relaytest.WaitDrained(t, b.db, 30*time.Second)
 	relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, 200)
@@ -338,7 +293,7 @@ func TestRelay_DeliveredKeyIsArchivedAsDuplicateWithoutSending(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config(t)
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.a', 'first', 'key-1')`)
 	relaytest.WaitDrained(t, b.db, 10*time.Second)
 	// The producer sends the same logical event again after delivery.
@@ -368,7 +323,7 @@ func TestRelay_OnlyKeysTheProducerChoseAreRecorded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config(t)
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload) VALUES ('events.a', 'generated')`)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, dedup) VALUES ('events.a', 'chosen', 'order-7', false)`)
 	relaytest.WaitDrained(t, b.db, 10*time.Second)
@@ -413,7 +368,7 @@ func TestRelay_TransientFailuresRetryWithBackoffThenDeliver(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config(t)
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	// No stream captures other.>: JetStream has no responder, a transient
 	// failure (an operator may still create the stream).
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload) VALUES ('other.thing', 'later')`)
@@ -443,7 +398,7 @@ func TestRelay_ExhaustedAttemptsGoToDeadLetters(t *testing.T) {
 	cfg := b.config(t)
 	cfg.MaxAttempts = 3
 	cfg.BackoffMin, cfg.BackoffMax = 10*time.Millisecond, 10*time.Millisecond
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('nowhere.at.all', 'x', 'doomed')`)
 	relaytest.WaitDrained(t, b.db, 30*time.Second)
 	var reason, errText string
@@ -461,7 +416,7 @@ func TestRelay_UnknownDestinationIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config(t)
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, destination) VALUES ('events.a', 'x', 'kafka')`)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, destination) VALUES ('events.b', 'y', 'nats')`)
 	relaytest.WaitDrained(t, b.db, 10*time.Second)
@@ -504,7 +459,7 @@ func TestRelay_ARowThatOutlivesEveryLeaseIsDeadLetteredUnsent(t *testing.T) {
 	              VALUES ('events.a', 'x', 'crasher', 3, 3, 'dead-relay', now() - interval '1 second')`)
 	cfg := b.config(t)
 	cfg.MaxAttempts = 3
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	relaytest.WaitDrained(t, b.db, 10*time.Second)
 	var reason, errText string
 	if err := b.db.Pool.QueryRow(context.Background(), "SELECT reason, error FROM "+b.db.Table("dead_letters")).Scan(&reason, &errText); err != nil {
@@ -533,7 +488,7 @@ func TestRelay_ShutdownReleasesUnfinishedDeliveries(t *testing.T) {
 	}}
 	cfg.Sinks = map[string]sinks.Sink{"nats": sink}
 	cfg.DrainTimeout = 200 * time.Millisecond
-	stop := start(t, b, cfg)
+	_, stop := relaytest.Start(t, b.db.Pool, cfg)
 	relaytest.InsertRows(t, b.db, 50, "events.a")
 	<-started
 	began := time.Now()
@@ -572,7 +527,7 @@ func TestRelay_GuardedSettleCannotArchiveARowTakenOver(t *testing.T) {
 	cfgA.Lease = 2 * time.Second
 	cfgA.Sinks = map[string]sinks.Sink{"nats": slow}
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.a', 'x', 'contested')`)
-	start(t, b, cfgA)
+	relaytest.Start(t, b.db.Pool, cfgA)
 	waitfor.Condition(t, 10*time.Second, "relay A to claim the row", func() bool { return calls.Load() > 0 })
 	// Let A's lease expire, then take the row over as relay B would.
 	b.db.Exec(t, `UPDATE %s.messages SET leased_until = now() WHERE idempotency_key = 'contested'`)
@@ -606,7 +561,7 @@ func TestRelay_ExpiredLeaseIsRescued(t *testing.T) {
 	b.db.ExecAsRelay(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, attempts, leased_by, leased_until, available_at)
 	              VALUES ('events.a', 'x', 'orphan', 1, 'dead-relay', now() + interval '300 milliseconds', now())`)
 	cfg := b.config(t)
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	relaytest.WaitDrained(t, b.db, 10*time.Second)
 	if got := testutil.ToFloat64(cfg.Metrics.LeaseRescues); got != 1 {
 		t.Errorf("lease rescues = %v, want 1", got)
@@ -618,7 +573,7 @@ func TestRelay_DelayedMessageWaitsForAvailableAt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config(t)
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, available_at) VALUES ('events.later', 'x', now() + interval '1 second')`)
 	relaytest.WaitDrained(t, b.db, 10*time.Second)
 	var early bool

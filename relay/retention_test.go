@@ -36,21 +36,21 @@ func TestRetention_DeletesOnlyExpiredRowsInChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.enforceRetention(context.Background())
+	r.retention.enforce(context.Background())
 	if got := db.Count(t, "archive"); got != 10 {
 		t.Errorf("archive holds %d rows after retention, want the 10 fresh ones", got)
 	}
 	if got := db.Count(t, "delivered_keys"); got != 10 {
 		t.Errorf("delivered_keys holds %d rows after retention, want 10", got)
 	}
-	if got := testutil.ToFloat64(r.metrics.RetentionDeleted.WithLabelValues("archive")); got != 12000 {
+	if got := testutil.ToFloat64(r.cfg.Metrics.RetentionDeleted.WithLabelValues("archive")); got != 12000 {
 		t.Errorf("retention_deleted_total{table=archive} = %v, want 12000", got)
 	}
 
 	// A negative retention keeps everything.
 	db.Exec(t, `UPDATE %s.archive SET delivered_at = now() - interval '1000 days'`)
 	r.cfg.ArchiveRetention = -1
-	r.enforceRetention(context.Background())
+	r.retention.enforce(context.Background())
 	if got := db.Count(t, "archive"); got != 10 {
 		t.Errorf("archive holds %d rows with retention off, want 10", got)
 	}
@@ -59,7 +59,7 @@ func TestRetention_DeletesOnlyExpiredRowsInChunks(t *testing.T) {
 func TestBackoff_DoublesWithJitterUpToTheMaximum(t *testing.T) {
 	for attempt, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 30: time.Minute} {
 		for range 50 {
-			d := backoff(attempt, time.Second, time.Minute)
+			d := backoffDelay(attempt, time.Second, time.Minute)
 			if d < want*8/10 || d > want*12/10 || d > time.Minute {
 				t.Fatalf("backoff(%d) = %s, want %s ± 20%% and at most the 1m maximum", attempt, d, want)
 			}
@@ -91,8 +91,8 @@ func TestRetention_RunsAsTheLeastPrivilegeRelayRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	r.enforceRetention(ctx)
-	if _, err := r.pool.Exec(ctx, r.q.relaysForget, pgx.StrictNamedArgs{"gone": forgetAfter}); err != nil {
+	r.retention.enforce(ctx)
+	if _, err := r.pool.Exec(ctx, r.retention.relaysForget, pgx.StrictNamedArgs{"gone": forgetAfter}); err != nil {
 		t.Errorf("forget relays: %v", err)
 	}
 	r.mode.(*ordered).repair(ctx)

@@ -94,7 +94,7 @@ func TestRouting_AWebhookOutageDoesNotHoldUpNATS(t *testing.T) {
 		}
 		return http.StatusServiceUnavailable
 	})
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	const n = 3000
 	insertMixed(t, b, n)
 
@@ -118,7 +118,7 @@ func TestRouting_ANATSOutageDoesNotHoldUpWebhooks(t *testing.T) {
 	t.Parallel()
 	b, rcv, cfg := routed(t)
 	b.nats.Stop()
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	const n = 3000
 	insertMixed(t, b, n)
 
@@ -145,7 +145,7 @@ func TestRouting_RetryAfterDelaysTheNextAttempt(t *testing.T) {
 		w.WriteHeader(http.StatusTooManyRequests)
 		return http.StatusTooManyRequests
 	})
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, destination, idempotency_key) VALUES ('events.a', 'x', 'webhook', 'slow-down')`)
 	relaytest.WaitDrained(t, b.db, 20*time.Second)
 	at := rcv.Attempts("slow-down")
@@ -168,7 +168,7 @@ func TestRouting_GoneIsDeadLetteredAtOnceWithTheResponse(t *testing.T) {
 		http.Error(w, "customer deleted", http.StatusGone)
 		return http.StatusGone
 	})
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, destination, idempotency_key) VALUES
 	              ('events.a', 'x', 'webhook', 'gone'), ('events.a', 'y', 'webhook', 'fine')`)
 	relaytest.WaitDrained(t, b.db, 20*time.Second)
@@ -199,7 +199,7 @@ func TestRouting_AHangingReceiverTimesOutAndIsRetried(t *testing.T) {
 		hung = true
 		return rcv.Hang(r) // never answers
 	})
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, destination, idempotency_key) VALUES ('events.a', 'x', 'webhook', 'patience')`)
 	relaytest.WaitDrained(t, b.db, 20*time.Second)
 	if n := len(rcv.Attempts("patience")); n != 2 {

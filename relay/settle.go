@@ -4,21 +4,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/relay/internal/liveness"
 )
+
+// settler writes down the outcomes of deliveries (settle), in batches
+// that grow with the load (loop), and tells the mode what was settled.
+type settler struct {
+	cfg      *Config
+	pool     *pgxpool.Pool
+	log      *slog.Logger
+	metrics  *Metrics
+	mode     deliveryMode
+	sql      settleStatements
+	health   *settleHealth
+	inflight *inFlight
+}
 
 // settleLoop writes down outcomes until in is closed. Whatever has arrived
 // while the previous round trip ran is settled together, so the batch grows
 // with the load and a lone outcome is settled at once. It beats live once
 // per batch, and waits for outcomes as live's Wait.
-func (r *Relay) settleLoop(ctx context.Context, in <-chan []outcome, live *liveness.Loop) {
-	maxRows := 2 * r.cfg.BatchSize
+func (s *settler) settleLoop(ctx context.Context, in <-chan []rowOutcome, live *liveness.Loop) {
+	maxRows := 2 * s.cfg.BatchSize
 	live.Wait()
 	for first := range in {
 		live.Beat()
@@ -35,66 +50,66 @@ func (r *Relay) settleLoop(ctx context.Context, in <-chan []outcome, live *liven
 				break gather
 			}
 		}
-		r.settleWithRetry(ctx, items)
-		r.mode.settled(items)
+		s.withRetry(ctx, items)
+		s.mode.afterSettle(items)
 		var settledBytes int64
 		for i := range items {
 			settledBytes += int64(items[i].size)
 		}
-		r.inflight.addBytes(-settledBytes)
+		s.inflight.addBytes(-settledBytes)
 		for sink, n := range countBySink(items) {
-			r.inflight.done(sink, n)
-			r.metrics.InFlight.WithLabelValues(sink).Sub(float64(n))
+			s.inflight.done(sink, n)
+			s.metrics.InFlight.WithLabelValues(sink).Sub(float64(n))
 		}
 		live.Wait()
 	}
 }
 
-// settleWithRetry settles items, retrying while the database is unreachable
+// withRetry settles items, retrying while the database is unreachable
 // and the leases still hold. Giving up loses nothing: the rows are claimed
 // again when their leases expire. A settle refused because of what a row
 // holds (settleRefusedByRow) is split until the rows it is refused for are
 // alone, so that one row never keeps the others of its batch from being
 // written down; those rows are reported (isolated).
-func (r *Relay) settleWithRetry(ctx context.Context, items []outcome) {
-	giveUp := time.Now().Add(r.cfg.Lease)
-	err := r.settleUntil(ctx, items, giveUp)
+func (s *settler) withRetry(ctx context.Context, items []rowOutcome) {
+	giveUp := time.Now().Add(s.cfg.Lease)
+	err := s.settleUntil(ctx, items, giveUp)
 	switch {
 	case err == nil || !settleRefusedByRow(err):
 	case len(items) == 1:
-		r.isolated(items[0], err)
+		s.isolated(items[0], err)
 	default:
-		r.log.Warn("settle refused because of a row; settling the rows in smaller parts to find it", "num_rows", len(items), "err", err)
-		r.settleInParts(ctx, items, giveUp)
+		s.log.Warn("settle refused because of a row; settling the rows in smaller parts to find it", "num_rows", len(items), "err", err)
+		s.inParts(ctx, items, giveUp)
 	}
 }
 
-// settleUntil settles items, retrying errors until giveUp, but a refusal
+// settleUntil settles items, retrying errors settleUntil giveUp, but a refusal
 // because of a row's content, which no retry of the same rows changes. It
 // returns the last error.
-func (r *Relay) settleUntil(ctx context.Context, items []outcome, giveUp time.Time) error {
+func (s *settler) settleUntil(ctx context.Context, items []rowOutcome, giveUp time.Time) error {
 	wait := 50 * time.Millisecond
 	for {
 		// A statement stuck behind a lock (an operator's open transaction,
 		// an ALTER TABLE) must not hold the settler forever.
 		attemptCtx, cancel := context.WithDeadline(ctx, giveUp)
-		err := r.settle(attemptCtx, items)
+		err := s.settleBatch(attemptCtx, items)
 		cancel()
 		if err == nil {
-			r.settleHealth.succeeded()
+			s.health.recordSuccess()
 			return nil
 		}
-		r.metrics.SettleErrors.Inc()
-		r.settleHealth.failed(err)
+		s.metrics.SettleErrors.Inc()
+		s.health.recordFailure(err)
 		if settleRefusedByRow(err) {
 			return err
 		}
 		if ctx.Err() != nil || time.Now().Add(wait).After(giveUp) {
-			r.log.Error("could not settle (or could not learn whether the settle was written); the rows may be delivered again when their leases expire",
+			s.log.Error("could not settle (or could not learn whether the settle was written); the rows may be delivered again when their leases expire",
 				"num_rows", len(items), "err", err)
 			return err
 		}
-		r.log.Warn("settle failed; retrying", "num_rows", len(items), "err", err, "retry_in", wait)
+		s.log.Warn("settle failed; retrying", "num_rows", len(items), "err", err, "retry_in", wait)
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
@@ -103,32 +118,32 @@ func (r *Relay) settleUntil(ctx context.Context, items []outcome, giveUp time.Ti
 	}
 }
 
-// settleInParts settles items (two or more) in halves after a settle of them all was
+// inParts settles items (two or more) in halves after a settle of them all was
 // refused because of a row, halving again each part refused, down to single
 // rows. A row refused on its own stays leased, is reported (an ERROR line
 // naming it, outbox_relay_settle_isolated_rows_total, /readyz) and is
 // delivered again when its lease expires, until what refuses it is fixed.
-func (r *Relay) settleInParts(ctx context.Context, items []outcome, giveUp time.Time) {
+func (s *settler) inParts(ctx context.Context, items []rowOutcome, giveUp time.Time) {
 	half := len(items) / 2
-	for _, part := range [][]outcome{items[:half], items[half:]} {
-		err := r.settleUntil(ctx, part, giveUp)
+	for _, part := range [][]rowOutcome{items[:half], items[half:]} {
+		err := s.settleUntil(ctx, part, giveUp)
 		switch {
 		case err == nil:
 		case !settleRefusedByRow(err):
 			return // logged; the leases expire
 		case len(part) == 1:
-			r.isolated(part[0], err)
+			s.isolated(part[0], err)
 		default:
-			r.settleInParts(ctx, part, giveUp)
+			s.inParts(ctx, part, giveUp)
 		}
 	}
 }
 
 // isolated reports a row whose settle is refused on its own.
-func (r *Relay) isolated(o outcome, err error) {
-	r.metrics.SettleIsolated.Inc()
-	r.settleHealth.rowRefused(o.id, err)
-	r.log.Error("the settle of one row is refused; it stays leased and is delivered again when its lease expires, until what refuses it is fixed",
+func (s *settler) isolated(o rowOutcome, err error) {
+	s.metrics.SettleIsolated.Inc()
+	s.health.rowRefused(o.id, err)
+	s.log.Error("the settle of one row is refused; it stays leased and is delivered again when its lease expires, until what refuses it is fixed",
 		"id", o.id, "outcome", outcomeLabel(o.kind), "sink", o.sink, "err", err)
 }
 
@@ -158,11 +173,11 @@ func settleRefusedByRow(err error) bool {
 	return false
 }
 
-// settle writes the outcomes in one statement: delivered and duplicate rows
+// settleBatch writes the outcomes in one statement: delivered and duplicate rows
 // to the archive, retried and released rows back to the queue, failed rows
 // to the dead letters. It only touches rows still under the claim that
 // delivered them (same claim_seq).
-func (r *Relay) settle(ctx context.Context, items []outcome) error {
+func (s *settler) settleBatch(ctx context.Context, items []rowOutcome) error {
 	var (
 		archive    archiveArgs
 		requeue    requeueArgs
@@ -183,24 +198,24 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 	start := time.Now()
 	var archived, requeued, deadLettered, takenIDs, newIDs []int64
 	args := archive.args()
-	maps.Copy(args, r.mode.fence(items))
+	maps.Copy(args, s.mode.fenceArgs(items))
 	var err error
-	stmt, dest := r.settleSQL.settle, []any{&archived, &requeued, &deadLettered, &takenIDs, &newIDs}
-	if r.settleSQL.archiveOnly != "" && len(requeue.ids) == 0 && len(deadLetter.ids) == 0 {
+	stmt, dest := s.sql.settle, []any{&archived, &requeued, &deadLettered, &takenIDs, &newIDs}
+	if s.sql.archiveOnly != "" && len(requeue.ids) == 0 && len(deadLetter.ids) == 0 {
 		// Only deliveries: the shorter statement plans faster.
-		stmt, dest = r.settleSQL.archiveOnly, []any{&archived}
+		stmt, dest = s.sql.archiveOnly, []any{&archived}
 	} else {
 		maps.Copy(args, requeue.args())
 		maps.Copy(args, deadLetter.args())
 	}
 	var then *pipelined
-	if keys, after := deletedKeys(items); r.settleSQL.then != "" && len(keys) > 0 {
-		then = &pipelined{sql: r.settleSQL.then, args: pgx.StrictNamedArgs{"keys": keys, "after": after}}
+	if keys, after := deletedKeys(items); s.sql.then != "" && len(keys) > 0 {
+		then = &pipelined{sql: s.sql.then, args: pgx.StrictNamedArgs{"keys": keys, "after": after}}
 	}
-	if err = r.settleInPipeline(ctx, stmt, args, dest, then); err != nil {
+	if err = s.inPipeline(ctx, stmt, args, dest, then); err != nil {
 		return fmt.Errorf("settle %d rows: %w", len(items), err)
 	}
-	r.metrics.SettleDuration.Observe(time.Since(start).Seconds())
+	s.metrics.SettleDuration.Observe(time.Since(start).Seconds())
 
 	settled := make(map[int64]bool, len(items))
 	for _, ids := range [][]int64{archived, requeued, deadLettered} {
@@ -209,20 +224,20 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 		}
 	}
 	if lost := len(items) - len(settled); lost > 0 {
-		r.metrics.LeaseLost.Add(float64(lost))
-		r.log.Warn(r.settleSQL.dropped, "num_rows", lost, "lease", r.cfg.Lease)
+		s.metrics.LeaseLost.Add(float64(lost))
+		s.log.Warn(s.sql.dropped, "num_rows", lost, "lease", s.cfg.Lease)
 	}
-	r.count(items, settled)
+	s.countSettled(items, settled)
 	if len(takenIDs) > 0 {
-		r.metrics.DeadLettersRenumbered.Add(float64(len(takenIDs)))
-		r.log.Warn("dead-lettered rows under new ids: their ids were dead letters' already (rows inserted before ids were the database's alone, or a sequence set back)",
+		s.metrics.DeadLettersRenumbered.Add(float64(len(takenIDs)))
+		s.log.Warn("dead-lettered rows under new ids: their ids were dead letters' already (rows inserted before ids were the database's alone, or a sequence set back)",
 			"ids", takenIDs, "dead_letter_ids", newIDs)
 	}
-	r.log.Debug("settled", "num_archived", len(archived), "num_requeued", len(requeued), "num_dead_lettered", len(deadLettered))
+	s.log.Debug("settled", "num_archived", len(archived), "num_requeued", len(requeued), "num_dead_lettered", len(deadLettered))
 	return nil
 }
 
-// settleInPipeline runs the settle statement stmt and, when set, the
+// inPipeline runs the settle statement stmt and, when set, the
 // mode's statement that follows it (settleStatements.then), in one READ
 // COMMITTED transaction and one round trip (inPipeline): each statement
 // takes its own snapshot, so the second sees what committed while the
@@ -233,12 +248,12 @@ func (r *Relay) settle(ctx context.Context, items []outcome) error {
 // PostgreSQL 15 (make bench-instructions), a settle that archives 10 rows
 // took 1.44 million instructions as a statement alone (planPerExecution:
 // parsed, analyzed and planned at every execution) and 0.73 million so.
-func (r *Relay) settleInPipeline(ctx context.Context, stmt string, args pgx.StrictNamedArgs, dest []any, then *pipelined) error {
+func (s *settler) inPipeline(ctx context.Context, stmt string, args pgx.StrictNamedArgs, dest []any, then *pipelined) error {
 	stmts := []pipelined{{sql: queryCustomPlans}, {sql: stmt, args: args}}
 	if then != nil {
 		stmts = append(stmts, *then)
 	}
-	return r.inPipeline(ctx, "BEGIN ISOLATION LEVEL READ COMMITTED", stmts, func(br pgx.BatchResults) error {
+	return inPipeline(ctx, s.pool, "BEGIN ISOLATION LEVEL READ COMMITTED", stmts, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -258,7 +273,7 @@ func (r *Relay) settleInPipeline(ctx context.Context, stmt string, args pgx.Stri
 // deletedKeys returns the distinct keys of the keyed rows items delete from
 // the table (delivered, skipped as duplicates, dead-lettered), and the
 // smallest id items delete of each. The empty key is a key.
-func deletedKeys(items []outcome) (keys []string, smallest []int64) {
+func deletedKeys(items []rowOutcome) (keys []string, smallest []int64) {
 	at := map[string]int{}
 	for i := range items {
 		o := &items[i]
@@ -276,9 +291,9 @@ func deletedKeys(items []outcome) (keys []string, smallest []int64) {
 	return keys, smallest
 }
 
-// count adds the outcomes that were written down to
+// countSettled adds the outcomes that were written down to
 // outbox_relay_messages_total; those a newer claim overtook are not counted.
-func (r *Relay) count(items []outcome, settled map[int64]bool) {
+func (s *settler) countSettled(items []rowOutcome, settled map[int64]bool) {
 	type key struct {
 		sink    string
 		outcome string
@@ -290,11 +305,11 @@ func (r *Relay) count(items []outcome, settled map[int64]bool) {
 		}
 	}
 	for k, n := range counts {
-		r.metrics.Messages.WithLabelValues(k.sink, k.outcome).Add(float64(n))
+		s.metrics.Messages.WithLabelValues(k.sink, k.outcome).Add(float64(n))
 	}
 }
 
-func countBySink(items []outcome) map[string]int {
+func countBySink(items []rowOutcome) map[string]int {
 	m := map[string]int{}
 	for i := range items {
 		m[items[i].sink]++
@@ -311,7 +326,7 @@ type archiveArgs struct {
 	duplicate []bool
 }
 
-func (a *archiveArgs) add(o *outcome) {
+func (a *archiveArgs) add(o *rowOutcome) {
 	a.ids = append(a.ids, o.id)
 	a.seqs = append(a.seqs, o.seq)
 	a.duplicate = append(a.duplicate, o.kind == kindDuplicate)
@@ -326,7 +341,7 @@ type requeueArgs struct {
 	release     []bool
 }
 
-func (a *requeueArgs) add(o *outcome) {
+func (a *requeueArgs) add(o *rowOutcome) {
 	a.ids = append(a.ids, o.id)
 	a.seqs = append(a.seqs, o.seq)
 	a.delayMicros = append(a.delayMicros, o.delay.Microseconds())
@@ -346,7 +361,7 @@ type deadLetterArgs struct {
 	errors  []string
 }
 
-func (a *deadLetterArgs) add(o *outcome) {
+func (a *deadLetterArgs) add(o *rowOutcome) {
 	a.ids = append(a.ids, o.id)
 	a.seqs = append(a.seqs, o.seq)
 	a.reasons = append(a.reasons, o.reason)

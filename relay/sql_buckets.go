@@ -1,5 +1,7 @@
 package relay
 
+import "github.com/outbox-relay/outbox-relay/relay/internal/floor"
+
 // The statements that claim and settle by bucket (partitioned.go; the
 // buckets' leases are relay/internal/buckets'): the per-bucket claim and
 // the fence of settles. Slots and arguments as in sql.go.
@@ -64,7 +66,7 @@ WITH owned AS MATERIALIZED (` + bucketOwned + `
      WHERE x.oldest < x.newest
 ), leased AS (` + leaseRows("kept", "{schema}.messages_bucket(m.key, m.id)") + `
 )
-SELECT *, NULL::text FROM leased
+SELECT *, NULL::text AS held_key FROM leased
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT CASE WHEN o.leased_until > now() THEN least(o.leased_until, now() + @lease::interval)
@@ -77,7 +79,7 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 // ofKey is the condition that m is a row of key (an expression of an outer
 // row), for the lookups that take a key's oldest rows in the order of
 // messages_key_idx (ORDER BY key, id LIMIT 1), from the id floor
-// (@id_floor, floor.go) up. It bounds the key in row comparisons, not as
+// (@id_floor, relay/internal/floor) up. It bounds the key in row comparisons, not as
 // m.key = key: with the key equal to one value, PostgreSQL drops it from
 // the order, and the primary key then gives "id order" too, which it took,
 // walking the ids of every key (800 rows read per lookup with 10 keys, and
@@ -88,22 +90,8 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 // (each lookup walked all of them). status's blocked keys (relay/admin)
 // state the same from the smallest bigint.
 func ofKey(m, key string) string {
-	return m + `.key IS NOT NULL AND (` + m + `.key, ` + m + `.id) >= (` + key + `, ` + idFloor + `) AND (` + m + `.key, ` + m + `.id) <= (` + key + `, 9223372036854775807)`
+	return m + `.key IS NOT NULL AND (` + m + `.key, ` + m + `.id) >= (` + key + `, ` + floor.IDFloor + `) AND (` + m + `.key, ` + m + `.id) <= (` + key + `, 9223372036854775807)`
 }
-
-// idFloor is the id ofKey's lookups start from: the id floor (@id_floor),
-// or, when one of the transactions the floor passed while they were in
-// progress (@passed_writers, floor.go) has ended as this statement's
-// snapshot sees it, the smallest row id that one may hold (@passed_ids),
-// where the next refresh sends the floor back. Until then the rows it
-// committed may lie below the floor, and a later row of their key, written
-// after that commit, must not go first. (From the smallest bigint, as it
-// was, each lookup under a pinned horizon walked its key's whole history:
-// a claim slower than floorPatience was itself passed, and made the claims
-// after it as slow, a stall.) Computed once per statement.
-const idFloor = `(SELECT least(min(w.id), @id_floor::bigint)
-                    FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
-                   WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot()))`
 
 // bucketOwned is the owned buckets of queryBucketsClaim with the most rows
 // each may give, checked pair by pair against the buckets table.

@@ -209,7 +209,7 @@ WITH patience AS MATERIALIZED (
                                AND b.leased_until <= now() + @lease::interval, false)))
 ), leased AS (` + leaseRowsAlso("claimable", noBucket, unwaitRows, " AND (NOT m.waiting OR "+withXactID+")") + `
 )
-SELECT *, NULL::text FROM leased`
+SELECT *, NULL::text AS held_key FROM leased`
 
 // unwaitRows makes a run's waiting rows candidates again as they are
 // leased (queryHeadsClaim), with the available_at of a promotion, after
@@ -230,7 +230,7 @@ const unwaitRows = `,
 // waiting on their key. A waiting row becomes a candidate again only by an
 // update that moves its available_at to the time of the update at the
 // earliest (promotedAt), after its transaction has its id: the floor's rule
-// (floor.go) holds for it as for a row inserted then.
+// (relay/internal/floor) holds for it as for a row inserted then.
 const oldestCandidate = `least(
            (SELECT available_at FROM {schema}.messages
              WHERE key IS NOT NULL AND NOT waiting AND available_at >= @start::timestamptz

@@ -10,7 +10,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
-	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
@@ -33,14 +32,7 @@ func TestRelay_AConnectedSinkThatDeliversNothingIsNotReady(t *testing.T) {
 	cfg.Sinks = map[string]sinks.Sink{"nats": sink}
 	cfg.StallAfter = time.Second
 	cfg.BackoffMin, cfg.BackoffMax = 100*time.Millisecond, 100*time.Millisecond
-	r, err := relay.New(b.db.Pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	r, _ := relaytest.Start(t, b.db.Pool, cfg)
 	relaytest.InsertRows(t, b.db, 10, "events.a")
 	waitfor.Condition(t, 30*time.Second, "readiness to report the stalled sink", func() bool {
 		err := r.Ready(context.Background())

@@ -3,25 +3,42 @@ package relay
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/relay/internal/floor"
+	"github.com/outbox-relay/outbox-relay/relay/internal/horizon"
 )
 
 // gaugeCountCap bounds the rows a gauge query counts, so that refreshing the
 // gauges stays cheap on a huge backlog.
 const gaugeCountCap = 1_000_000
 
-// statsLoop refreshes the backlog, table-health and horizon gauges every
+// gaugeRefresher refresh the backlog, table-health and horizon gaugeRefresher (loop).
+type gaugeRefresher struct {
+	cfg         *Config
+	pool        *pgxpool.Pool
+	log         *slog.Logger
+	metrics     *Metrics
+	mode        deliveryMode
+	floor       *floor.State
+	tableHealth string
+	horizon     *horizon.Reader
+}
+
+// refreshLoop refreshes the backlog, table-health and horizon gauges every
 // StatsInterval until ctx ends. Failures are logged and counted; the next
 // round tries again.
-func (r *Relay) statsLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.StatsInterval)
+func (g *gaugeRefresher) refreshLoop(ctx context.Context) {
+	t := time.NewTicker(g.cfg.StatsInterval)
 	defer t.Stop()
 	for {
-		if err := r.refreshStats(ctx); err != nil && ctx.Err() == nil {
-			r.metrics.StatsErrors.Inc()
-			r.log.Warn("refresh backlog gauges", "err", err)
+		if err := g.refreshGauges(ctx); err != nil && ctx.Err() == nil {
+			g.metrics.StatsErrors.Inc()
+			g.log.Warn("refresh backlog gauges", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -31,21 +48,21 @@ func (r *Relay) statsLoop(ctx context.Context) {
 	}
 }
 
-// refreshStats sets the backlog, oldest-due-age, backoff, dead-letter, dead
+// refreshGauges sets the backlog, oldest-due-age, backoff, dead-letter, dead
 // tuple and lock-wait gauges with bounded queries, the mode's own
-// (mode.countDue), and the age of the oldest snapshot (refreshHorizon).
-func (r *Relay) refreshStats(ctx context.Context) error {
+// (mode.countDue), and the age of the oldest snapshot (horizon.Reader).
+func (g *gaugeRefresher) refreshGauges(ctx context.Context) error {
 	// Every configured sink and unknownSink get a value each time (no
 	// Reset, so that a scrape never sees the series missing), and
 	// destinations that name no sink share unknownSink: row data must not
 	// make series.
 	backlog := map[string]float64{unknownSink: 0}
-	for name := range r.cfg.Sinks {
+	for name := range g.cfg.Sinks {
 		backlog[name] = 0
 	}
 	var oldestDue *time.Time
 	add := func(sink string, due int64, oldest *time.Time) {
-		if _, ok := r.cfg.Sinks[sink]; !ok {
+		if _, ok := g.cfg.Sinks[sink]; !ok {
 			sink = unknownSink
 		}
 		backlog[sink] += float64(due)
@@ -53,13 +70,13 @@ func (r *Relay) refreshStats(ctx context.Context) error {
 			oldestDue = oldest
 		}
 	}
-	oldestKnown, err := r.mode.countDue(ctx, add)
+	oldestKnown, err := g.mode.countDue(ctx, add)
 	if err != nil {
 		return err
 	}
 	var inBackoff, dead, deadTuples, lockWaits int64
 	var oldest float64
-	err = r.pool.QueryRow(ctx, r.q.tableHealth, planPerExecution, pgx.StrictNamedArgs{"schema_name": r.cfg.Schema, "cap": gaugeCountCap, "floor": r.floor.current()}).
+	err = g.pool.QueryRow(ctx, g.tableHealth, planPerExecution, pgx.StrictNamedArgs{"schema_name": g.cfg.Schema, "cap": gaugeCountCap, "floor": g.floor.Current()}).
 		Scan(&inBackoff, &oldest, &dead, &deadTuples, &lockWaits)
 	if err != nil {
 		return fmt.Errorf("read table health: %w", err)
@@ -72,31 +89,12 @@ func (r *Relay) refreshStats(ctx context.Context) error {
 		}
 	}
 	for sink, n := range backlog {
-		r.metrics.Backlog.WithLabelValues(sink).Set(n)
+		g.metrics.Backlog.WithLabelValues(sink).Set(n)
 	}
-	r.metrics.InBackoff.Set(float64(inBackoff))
-	r.metrics.OldestDueAge.Set(oldest)
-	r.metrics.DeadLetters.Set(float64(dead))
-	r.metrics.HotTableDeadTuples.Set(float64(deadTuples))
-	r.metrics.LockWaits.Set(float64(lockWaits))
-	return r.refreshHorizon(ctx)
-}
-
-// countDueRows counts the due rows per sink (queryMessagesBacklog) with
-// add, for the modes where every due row may be claimed.
-func (r *Relay) countDueRows(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) error {
-	rows, err := r.pool.Query(ctx, r.q.backlog, planPerExecution, pgx.StrictNamedArgs{"default_sink": r.cfg.DefaultSink, "cap": gaugeCountCap, "floor": r.floor.current()})
-	if err != nil {
-		return fmt.Errorf("query backlog: %w", err)
-	}
-	var sink string
-	var due int64
-	_, err = pgx.ForEachRow(rows, []any{&sink, &due}, func() error {
-		add(sink, due, nil)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("query backlog: %w", err)
-	}
-	return nil
+	g.metrics.InBackoff.Set(float64(inBackoff))
+	g.metrics.OldestDueAge.Set(oldest)
+	g.metrics.DeadLetters.Set(float64(dead))
+	g.metrics.HotTableDeadTuples.Set(float64(deadTuples))
+	g.metrics.LockWaits.Set(float64(lockWaits))
+	return g.horizon.Refresh(ctx)
 }

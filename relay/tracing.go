@@ -90,8 +90,8 @@ func newSinkTraces(cfg Config) map[string]*sinkTrace {
 	return out
 }
 
-// destination is where m goes, for grouping spans.
-func (st *sinkTrace) destination(m *sinks.Message, sink string) string {
+// traceDestination is where m goes, for grouping spans.
+func (st *sinkTrace) traceDestination(m *sinks.Message, sink string) string {
 	if st.traced == nil {
 		return sink
 	}
@@ -114,17 +114,27 @@ type sendSpan struct {
 	errType   string
 }
 
-// startTrace starts the spans of sending msgs (d's messages at pending),
-// and, with Config.TraceInject, gives each message without a traceparent
-// its span's (cloning its headers: msgs are the send's own copies).
-func (d *delivery) startTrace(ctx context.Context, msgs []sinks.Message, now time.Time) *sendTrace {
-	r := d.r
-	st := r.sinkTraces[d.name]
+// sendTracer starts the spans of one sink's sends.
+type sendTracer struct {
+	tracer trace.Tracer
+	// name is the sink's, st what its spans carry, and inject is
+	// Config.TraceInject.
+	name   string
+	st     *sinkTrace
+	inject bool
+}
+
+// startSpans starts the spans of sending msgs (a delivery's messages at its
+// pending indexes), and, with Config.TraceInject, gives each message
+// without a traceparent its span's (cloning its headers: msgs are the
+// send's own copies).
+func (tr *sendTracer) startSpans(ctx context.Context, msgs []sinks.Message, now time.Time) *sendTrace {
+	st := tr.st
 	t := &sendTrace{of: make([]int, len(msgs))}
 	byDest := map[string]int{}
 	var dests []string
 	for j := range msgs {
-		dest := st.destination(&msgs[j], d.name)
+		dest := st.traceDestination(&msgs[j], tr.name)
 		k, ok := byDest[dest]
 		if !ok {
 			k = len(t.spans)
@@ -137,7 +147,7 @@ func (d *delivery) startTrace(ctx context.Context, msgs []sinks.Message, now tim
 	}
 	for k := range t.spans {
 		s := &t.spans[k]
-		_, s.span = r.tracer.Start(ctx, "send "+d.name,
+		_, s.span = tr.tracer.Start(ctx, "send "+tr.name,
 			trace.WithSpanKind(trace.SpanKindClient), trace.WithNewRoot(), trace.WithTimestamp(now))
 		if !s.span.IsRecording() {
 			continue
@@ -170,7 +180,7 @@ func (d *delivery) startTrace(ctx context.Context, msgs []sinks.Message, now tim
 			}
 			links[t.of[j]]++
 		}
-		if r.cfg.TraceInject {
+		if tr.inject {
 			if _, ok := m.Headers["traceparent"]; !ok {
 				h := make(map[string]string, len(m.Headers)+2)
 				maps.Copy(h, m.Headers)
@@ -201,9 +211,9 @@ func (t *sendTrace) spanContext(j int) trace.SpanContext {
 	return t.spans[t.of[j]].span.SpanContext()
 }
 
-// record notes the outcome of message j: kind k, from the sink's err
+// recordOutcome notes the outcome of message j: kind k, from the sink's err
 // (errClass says which failure it is).
-func (t *sendTrace) record(j int, class string) {
+func (t *sendTrace) recordOutcome(j int, class string) {
 	s := &t.spans[t.of[j]]
 	if class == "" {
 		s.delivered++

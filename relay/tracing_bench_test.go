@@ -25,13 +25,13 @@ func benchmarkSend(b *testing.B, tp *sdktrace.TracerProvider) {
 		b.Fatal(err)
 	}
 	go func() {
-		for range r.settleCh {
+		for range r.dispatcher.settle {
 		}
 	}()
-	defer close(r.settleCh)
+	defer close(r.dispatcher.settle)
 	const n = 100
-	d := &delivery{r: r, name: "nats", sink: r.cfg.Sinks["nats"], msgs: make([]sinks.Message, n), tags: make([]claimTag, n),
-		deadline: time.Now().Add(time.Hour), failures: r.failures.of("nats"), watch: r.watches["nats"]}
+	d := &sinkDelivery{cfg: &r.cfg, name: "nats", sink: r.cfg.Sinks["nats"], msgs: make([]sinks.Message, n), tags: make([]claimTag, n),
+		deadline: time.Now().Add(time.Hour), observers: r.dispatcher.observers["nats"], settle: r.dispatcher.settle}
 	pending := make([]int, n)
 	for i := range d.msgs {
 		d.msgs[i].Topic, d.msgs[i].IdempotencyKey, d.msgs[i].Attempt, d.msgs[i].CreatedAt = "orders.created", fmt.Sprint(i), 1, time.Now()
@@ -42,7 +42,7 @@ func benchmarkSend(b *testing.B, tp *sdktrace.TracerProvider) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		d.send(ctx, ctx, pending)
+		d.sendPending(ctx, ctx, pending)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testlog"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
 	"github.com/outbox-relay/outbox-relay/sinks"
@@ -96,7 +97,7 @@ func TestTracing_OneSpanPerDestinationLinkedToEveryRowsTraceparent(t *testing.T)
 	insertTraced(t, b, "events.payments", 1, 15)
 	cfg := b.config(t)
 	cfg.TracerProvider = tp
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	relaytest.WaitDrained(t, b.db, 30*time.Second)
 	spans := ended(t, rec, 35, delivered)
 
@@ -187,7 +188,7 @@ func TestTracing_SpansAreNamedAfterTheSinkAndTheDestinationIsCut(t *testing.T) {
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ($1, 'x', 'long-1'), ($1, 'y', 'long-2'), ('events.orders.42', 'z', 'short')`, long)
 	cfg := b.config(t)
 	cfg.TracerProvider = tp
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	spans := ended(t, rec, 3, delivered)
 	dests := map[string]bool{}
 	for _, s := range spans {
@@ -212,7 +213,7 @@ func TestTracing_LinksAreCappedAt128PerSpan(t *testing.T) {
 	insertTraced(t, b, "events.bulk", 1, 2000)
 	cfg := b.config(t)
 	cfg.TracerProvider = tp
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	spans := ended(t, rec, 2000, delivered)
 	over := 0
 	for _, s := range spans {
@@ -235,7 +236,6 @@ func TestTracing_FailedMessagesSetErrorTypeAndStatusAndTheirLogLinesTheTrace(t *
 	t.Parallel()
 	b := setup(t)
 	tp, rec := recorder(t)
-	logs := &logLines{}
 	// No stream captures stray.>: retried. $JS.… is the control plane:
 	// dead-lettered as permanent at once.
 	insertTraced(t, b, "stray.orders", 1, 3)
@@ -243,9 +243,10 @@ func TestTracing_FailedMessagesSetErrorTypeAndStatusAndTheirLogLinesTheTrace(t *
 	insertTraced(t, b, "events.fine", 1, 2)
 	cfg := b.config(t)
 	cfg.TracerProvider = tp
-	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	var logs *testlog.Buffer
+	cfg.Logger, logs = testlog.NewJSON(t, slog.LevelInfo)
 	cfg.BackoffMin, cfg.BackoffMax = time.Minute, time.Minute
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	spans := ended(t, rec, 6, func(s sdktrace.ReadOnlySpan) int {
 		return delivered(s) + int(attrs(s.Attributes())["outbox_relay.failed"].AsInt64())
 	})
@@ -266,10 +267,10 @@ func TestTracing_FailedMessagesSetErrorTypeAndStatusAndTheirLogLinesTheTrace(t *
 		}
 	}
 	waitfor.Condition(t, 10*time.Second, "the failure log lines", func() bool {
-		return len(logs.with("delivery failed; retrying")) > 0 && len(logs.with("delivery failed; dead-lettered")) > 0
+		return len(logs.Records("delivery failed; retrying")) > 0 && len(logs.Records("delivery failed; dead-lettered")) > 0
 	})
 	for msg, dest := range map[string]string{"delivery failed; retrying": "stray.orders", "delivery failed; dead-lettered": "$JS.API.STREAM.DELETE.EVENTS"} {
-		line := logs.with(msg)[0]
+		line := logs.Records(msg)[0]
 		sc := byDest[dest].SpanContext()
 		if line["trace_id"] != sc.TraceID().String() || line["span_id"] != sc.SpanID().String() {
 			t.Errorf("%q line has trace_id %v span_id %v, want the span of %s: %s %s", msg, line["trace_id"], line["span_id"], dest, sc.TraceID(), sc.SpanID())
@@ -289,7 +290,7 @@ func TestTracing_InjectGivesRowsWithoutTraceparentTheSpansAndKeepsTheOthers(t *t
 VALUES ('events.bare', 'x', 'bare-1', NULL), ('events.bare', 'y', 'bare-2', '{"x-tenant": "acme"}')`)
 			cfg := b.config(t)
 			cfg.TracerProvider, cfg.TraceInject = tp, inject
-			start(t, b, cfg)
+			relaytest.Start(t, b.db.Pool, cfg)
 			spans := ended(t, rec, 5, delivered)
 			spanOf := map[string]trace.SpanContext{}
 			for _, s := range spans {
@@ -339,7 +340,7 @@ VALUES ('orders.created', '{}', 'hook-1', '{"traceparent": "00-0af7651916cd43dd8
 	cfg := (&bundle{db: db}).config(t)
 	cfg.Sinks = map[string]sinks.Sink{"webhook": sink}
 	cfg.TracerProvider = tp
-	start(t, &bundle{db: db}, cfg)
+	relaytest.Start(t, db.Pool, cfg)
 	spans := ended(t, rec, 1, delivered)
 	s := spans[0]
 	a := attrs(s.Attributes())
@@ -375,7 +376,7 @@ func TestTracing_OffMakesNoSpans(t *testing.T) {
 	t.Cleanup(func() { otel.SetTracerProvider(prev) })
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.a', 'x', 'a-1')`)
 	cfg := b.config(t)
-	start(t, b, cfg)
+	relaytest.Start(t, b.db.Pool, cfg)
 	relaytest.WaitDrained(t, b.db, 30*time.Second)
 	if n := len(rec.Ended()) + len(rec.Started()); n != 0 {
 		t.Errorf("%d spans with tracing off", n)

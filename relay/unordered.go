@@ -11,16 +11,16 @@ import (
 // loops, SELECT … FOR UPDATE SKIP LOCKED) and delivers a batch at once;
 // rows have no order between them.
 type unordered struct {
-	r      *Relay
+	e      *engine
 	claim  string
 	settle settleStatements
 }
 
-func newUnordered(r *Relay) *unordered {
+func newUnordered(e *engine) *unordered {
 	return &unordered{
-		r:      r,
-		claim:  renderClaim(r.cfg.Schema, ""),
-		settle: renderSettle(r.cfg.Schema, settleSlots{}, true),
+		e:      e,
+		claim:  renderClaim(e.cfg.Schema, ""),
+		settle: renderSettle(e.cfg.Schema, settleSlots{}, true),
 	}
 }
 
@@ -28,24 +28,24 @@ func newUnordered(r *Relay) *unordered {
 // its statement, the other can claim; the second follows the first while
 // idle.
 func (m *unordered) claimers() []claimer {
-	c := claimer{what: "rows", claim: m.r.claimWith(m.claim)}
+	c := claimer{what: "rows", claim: m.e.claims.claimFunc(m.claim)}
 	second := c
 	second.follower = true
 	return []claimer{c, second}
 }
 
-func (m *unordered) deliver(ctx context.Context, d *delivery) { d.all(ctx) }
+func (m *unordered) deliverBatch(ctx context.Context, d *sinkDelivery) { d.sendAll(ctx) }
 
 func (m *unordered) settleStatements() settleStatements { return m.settle }
 
 func (m *unordered) oldestClaimable() string { return oldestRow }
 
-func (m *unordered) fence([]outcome) pgx.StrictNamedArgs { return nil }
+func (m *unordered) fenceArgs([]rowOutcome) pgx.StrictNamedArgs { return nil }
 
-func (m *unordered) settled([]outcome) {}
+func (m *unordered) afterSettle([]rowOutcome) {}
 
-func (m *unordered) run(context.Context) {}
+func (m *unordered) runMode(context.Context) {}
 
 func (m *unordered) countDue(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) (bool, error) {
-	return false, m.r.countDueRows(ctx, add)
+	return false, m.e.countDueRows(ctx, add)
 }

@@ -2,8 +2,11 @@ package relay
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
 // Loud about what blocks delivery: when a sink becomes unavailable, stops
@@ -34,8 +37,8 @@ func (m *reminder) begin(now time.Time) bool {
 	return true
 }
 
-// due reports whether a reminder is due at now, and schedules the next.
-func (m *reminder) due(now time.Time) bool {
+// remindNow reports whether a reminder is remindNow at now, and schedules the next.
+func (m *reminder) remindNow(now time.Time) bool {
 	if m.since.IsZero() || now.Before(m.next) {
 		return false
 	}
@@ -109,15 +112,15 @@ func (w *sinkWatch) available(now time.Time, err error) (msg string, attrs []any
 		w.unavailableReported = true
 		return "sink unavailable: its rows wait in the table, without spending attempts, until it is back", []any{"reason", w.lastReason}, true
 	}
-	if w.unavailable.due(now) {
+	if w.unavailable.remindNow(now) {
 		return "sink still unavailable", []any{"unavailable_for", now.Sub(w.unavailable.since).Round(time.Second), "reason", w.lastReason}, true
 	}
 	return "", nil, false
 }
 
-// delivered records a delivery that succeeded; it returns how long the
-// sink had delivered nothing when it had been reported stalled.
-func (w *sinkWatch) delivered(now time.Time) (stalledFor time.Duration) {
+// recordDelivery records a delivery that succeeded; it returns how long the
+// sink had recordDelivery nothing when it had been reported stalled.
+func (w *sinkWatch) recordDelivery(now time.Time) (stalledFor time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.lastSuccess = now
@@ -130,9 +133,9 @@ func (w *sinkWatch) delivered(now time.Time) (stalledFor time.Duration) {
 	return d
 }
 
-// failed records a delivery that failed (to be retried) and returns what
+// recordFailure records a delivery that recordFailure (to be retried) and returns what
 // to log, if anything: the sink is connected but delivers nothing.
-func (w *sinkWatch) failed(now time.Time, err string) (msg string, attrs []any) {
+func (w *sinkWatch) recordFailure(now time.Time, err string) (msg string, attrs []any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.failures++
@@ -145,7 +148,7 @@ func (w *sinkWatch) failed(now time.Time, err string) (msg string, attrs []any) 
 		w.stalled = true
 		return "sink delivers nothing: every attempt fails", []any{"for", now.Sub(w.failing.since).Round(time.Second), "num_failed", w.failures, "last_error", err}
 	}
-	if w.stalled && w.failing.due(now) {
+	if w.stalled && w.failing.remindNow(now) {
 		return "sink still delivers nothing", []any{"for", now.Sub(w.failing.since).Round(time.Second), "num_failed", w.failures, "last_error", err}
 	}
 	return "", nil
@@ -173,6 +176,71 @@ func (w *sinkWatch) ready(now time.Time, availErr error) error {
 	if !w.lastUnavailable.IsZero() && !w.failing.since.IsZero() && now.Sub(w.lastUnavailable) < w.stallAfter {
 		return fmt.Errorf("unavailable %s ago (%s), and its last delivery failed (%s)",
 			now.Sub(w.lastUnavailable).Round(time.Second), w.lastReason, w.lastErr)
+	}
+	return nil
+}
+
+// sinkWatches follow every sink of a relay (a sinkWatch each): the claim
+// loops ask which sinks are open for a claim (states), Ready whether every
+// one can deliver (ready).
+type sinkWatches struct {
+	sinks   map[string]sinks.Sink
+	watches map[string]*sinkWatch
+	log     *slog.Logger
+	metrics *Metrics
+}
+
+// newSinkWatches returns the watches of cfg's sinks, each as if it had
+// just delivered.
+func newSinkWatches(cfg *Config, log *slog.Logger) *sinkWatches {
+	w := &sinkWatches{sinks: cfg.Sinks, watches: make(map[string]*sinkWatch, len(cfg.Sinks)), log: log, metrics: cfg.Metrics}
+	for name := range cfg.Sinks {
+		w.watches[name] = &sinkWatch{stallAfter: cfg.StallAfter, lastSuccess: time.Now()}
+	}
+	return w
+}
+
+// forSink returns the watch forSink sink name.
+func (w *sinkWatches) forSink(name string) *sinkWatch { return w.watches[name] }
+
+// states splits the sinks into those whose rows must not be claimed now
+// (unavailable) and those open for a claim, and records their availability.
+func (w *sinkWatches) states() (closed, open []string) {
+	closed = []string{}
+	for name, s := range w.sinks {
+		var err error
+		if a, ok := s.(sinks.Availability); ok {
+			err = a.Available()
+		}
+		available := err == nil
+		if msg, attrs, isErr := w.watches[name].available(time.Now(), err); msg != "" {
+			if isErr {
+				w.log.Error(msg, append([]any{"sink", name}, attrs...)...)
+			} else {
+				w.log.Info(msg, append([]any{"sink", name}, attrs...)...)
+			}
+		}
+		w.metrics.SinkAvailable.WithLabelValues(name).Set(boolGauge(available))
+		if available {
+			open = append(open, name)
+		} else {
+			closed = append(closed, name)
+		}
+	}
+	return closed, open
+}
+
+// ready returns why a sink cannot deliver now (sinkWatch.ready), naming
+// it, or nil when every one can.
+func (w *sinkWatches) ready(now time.Time) error {
+	for name, s := range w.sinks {
+		var available error
+		if a, ok := s.(sinks.Availability); ok {
+			available = a.Available()
+		}
+		if err := w.watches[name].ready(now, available); err != nil {
+			return fmt.Errorf("sink %s: %w", name, err)
+		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
-// Package relaytest holds what the relay's end-to-end tests share: rows
-// written with plain SQL, and the check that a stream holds exactly what the
-// archive says was delivered, byte for byte.
+// Package relaytest holds what the relay's end-to-end tests share: a relay
+// run for the length of a test (Start), rows written with plain SQL, and
+// the check that a stream holds exactly what the archive says was
+// delivered, byte for byte.
 package relaytest
 
 import (

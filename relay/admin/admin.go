@@ -37,6 +37,8 @@ import (
 type Admin struct {
 	db     DB
 	schema string
+	// q holds the statements, rendered for schema.
+	q queries
 }
 
 // New returns the operations on the relay's tables in schema (RELAY_SCHEMA),
@@ -46,11 +48,8 @@ func New(db DB, schema string) (*Admin, error) {
 	if err := outbox.ValidateSchema(schema); err != nil {
 		return nil, err
 	}
-	return &Admin{db: db, schema: schema}, nil
+	return &Admin{db: db, schema: schema, q: renderQueries(schema)}, nil
 }
-
-// sql renders statement q for the Admin's schema.
-func (a *Admin) sql(q string) string { return render(q, a.schema) }
 
 // DB is the database handle the operations need; *pgxpool.Pool and
 // *pgx.Conn satisfy it. Each operation runs in one transaction of its own.

@@ -3,7 +3,8 @@ package admin_test
 import (
 	"context"
 	"errors"
-	"io"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testlog"
 	"log/slog"
 	"slices"
 	"testing"
@@ -132,18 +133,6 @@ func startRelay(t *testing.T, db *dbtest.Schema, cfg relay.Config) {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = time.Second
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	r, err := relay.New(db.Pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("relay: %v", err)
-		}
-	})
+	cfg.Logger, _ = testlog.New(t, slog.LevelWarn)
+	relaytest.Start(t, db.Pool, cfg)
 }

@@ -27,15 +27,29 @@ type CancelOptions struct {
 
 // CancelResult says what Cancel did, or would do in a dry run.
 type CancelResult struct {
-	DryRun  bool  `json:"dry_run"`
-	Matched int64 `json:"matched"`
+	DryRun  bool  `json:"dry_run" db:"-"`
+	Matched int64 `json:"matched" db:"matched"`
 	// Cancelled rows moved to the dead letters (reason cancelled).
-	Cancelled int64 `json:"cancelled"`
+	Cancelled int64 `json:"cancelled" db:"cancelled"`
 	// InFlight rows were left alone: a relay holds them under a running
 	// lease (or was committing its claim) and may be delivering them right
 	// now. Cancel again after RELAY_LEASE; a row delivered meanwhile is in
 	// the archive instead.
-	InFlight int64 `json:"in_flight"`
+	InFlight int64 `json:"in_flight" db:"in_flight"`
+}
+
+// cancelled is what queryMessagesCancel returns: the rows matched and
+// moved, and the keys of the rows moved.
+type cancelled struct {
+	Matched   int64    `db:"matched"`
+	Cancelled int64    `db:"cancelled"`
+	Keys      []string `db:"keys"`
+}
+
+// args returns the arguments of messagesCancelMatch.
+func (o CancelOptions) args() pgx.StrictNamedArgs {
+	topic, topicPattern := topicParams(o.Topic)
+	return pgx.StrictNamedArgs{"key": nullString(o.Key), "topic": topic, "topic_pattern": topicPattern}
 }
 
 // Cancel moves the pending rows opts selects from the hot table to the
@@ -49,8 +63,6 @@ func (a *Admin) Cancel(ctx context.Context, opts CancelOptions) (CancelResult, e
 	if opts.Key == "" && !topicSelects(opts.Topic) {
 		return res, fmt.Errorf("cancel: %w (name a key or a topic)", ErrNoFilter)
 	}
-	topic, topicPattern := topicParams(opts.Topic)
-	args := []any{nullString(opts.Key), topic, topicPattern}
 	txOpts := mutation(opts.DryRun)
 	if !opts.DryRun {
 		// The promotion below needs a snapshot of its own, taken after
@@ -59,23 +71,27 @@ func (a *Admin) Cancel(ctx context.Context, opts CancelOptions) (CancelResult, e
 	}
 	err := inTx(ctx, a.db, txOpts, func(tx pgx.Tx) error {
 		if opts.DryRun {
-			if err := tx.QueryRow(ctx, a.sql(queryMessagesCancelDry), args...).Scan(&res.Matched, &res.InFlight); err != nil {
+			rows, _ := tx.Query(ctx, a.q.messagesCancelDry, opts.args())
+			var err error
+			if res, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[CancelResult]); err != nil {
 				return fmt.Errorf("count rows to cancel: %w", err)
 			}
-			res.Cancelled = res.Matched - res.InFlight
+			res.DryRun = true
 			return nil
 		}
-		args = append(args, outbox.ReasonCancelled, CancelError)
-		var keys []string
-		if err := tx.QueryRow(ctx, a.sql(queryMessagesCancel), args...).Scan(&res.Matched, &res.Cancelled, &keys); err != nil {
+		args := opts.args()
+		args["reason"], args["error"] = outbox.ReasonCancelled, CancelError
+		rows, _ := tx.Query(ctx, a.q.messagesCancel, args)
+		c, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[cancelled])
+		if err != nil {
 			return fmt.Errorf("cancel rows: %w", err)
 		}
 		// Ordered mode: the next rows of the cancelled keys may be their
 		// heads now.
-		if _, err := tx.Exec(ctx, a.sql(queryKeysPromote), keys); err != nil {
+		if _, err := tx.Exec(ctx, a.q.keysPromote, pgx.StrictNamedArgs{"keys": c.Keys}); err != nil {
 			return fmt.Errorf("cancel rows: make the next rows of their keys claimable: %w", err)
 		}
-		res.InFlight = res.Matched - res.Cancelled
+		res.Matched, res.Cancelled, res.InFlight = c.Matched, c.Cancelled, c.Matched-c.Cancelled
 		return nil
 	})
 	if err != nil {

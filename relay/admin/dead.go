@@ -62,37 +62,47 @@ func (f DeadFilter) check() error {
 	return nil
 }
 
-// args returns the parameters of deadLettersMatch.
-func (f DeadFilter) args() []any {
+// args returns the arguments of deadLettersMatch.
+func (f DeadFilter) args() pgx.StrictNamedArgs {
 	var ids any
 	if len(f.IDs) > 0 {
 		ids = f.IDs
 	}
 	topic, topicPattern := topicParams(f.Topic)
-	return []any{ids, topic, topicPattern, nullString(f.Key), nullString(f.Reason),
-		containsPattern(f.Error), nullTime(f.Since), nullLimit(f.Limit), nullString(f.Destination)}
+	return pgx.StrictNamedArgs{
+		"ids": ids, "topic": topic, "topic_pattern": topicPattern, "key": nullString(f.Key),
+		"reason": nullString(f.Reason), "error_pattern": containsPattern(f.Error), "since": nullTime(f.Since),
+		"limit": nullLimit(f.Limit), "destination": nullString(f.Destination),
+	}
 }
 
 // DeadLetter is a message that will not be delivered without an operator.
 type DeadLetter struct {
 	// ID is the row's id in the hot table.
-	ID    int64  `json:"id"`
-	Topic string `json:"topic"`
+	ID    int64  `json:"id" db:"id"`
+	Topic string `json:"topic" db:"topic"`
 	// Key is the ordering key; empty when null.
-	Key            string `json:"key"`
-	IdempotencyKey string `json:"idempotency_key"`
+	Key            string `json:"key" db:"key"`
+	IdempotencyKey string `json:"idempotency_key" db:"idempotency_key"`
 	// Destination is empty when null (the default sink).
-	Destination string `json:"destination"`
+	Destination string `json:"destination" db:"destination"`
 	// Attempts counts the deliveries tried.
-	Attempts int `json:"attempts"`
+	Attempts int `json:"attempts" db:"attempts"`
 	// Reason is why the row stopped: permanent, exhausted, no_sink or
 	// cancelled.
-	Reason string `json:"reason"`
+	Reason string `json:"reason" db:"reason"`
 	// Error is the last delivery error, or why the row was dead-lettered.
-	Error        string    `json:"error"`
-	FailedAt     time.Time `json:"failed_at"`
-	CreatedAt    time.Time `json:"created_at"`
-	PayloadBytes int       `json:"payload_bytes"`
+	Error        string    `json:"error" db:"error"`
+	FailedAt     time.Time `json:"failed_at" db:"failed_at"`
+	CreatedAt    time.Time `json:"created_at" db:"created_at"`
+	PayloadBytes int       `json:"payload_bytes" db:"payload_bytes"`
+}
+
+// listedDeadLetter is a row of queryDeadLettersList: a dead letter, and
+// how many the filter matches in all.
+type listedDeadLetter struct {
+	DeadLetter
+	Matched int64 `db:"matched"`
 }
 
 // DeadList is a page of dead letters.
@@ -110,21 +120,16 @@ func (a *Admin) ListDead(ctx context.Context, f DeadFilter) (*DeadList, error) {
 	}
 	list := &DeadList{Letters: []DeadLetter{}}
 	err := inTx(ctx, a.db, readOnly, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, a.sql(queryDeadLettersList), f.args()...)
+		rows, _ := tx.Query(ctx, a.q.deadLettersList, f.args())
+		listed, err := pgx.CollectRows(rows, pgx.RowToStructByName[listedDeadLetter])
 		if err != nil {
 			return fmt.Errorf("list dead letters: %w", err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var d DeadLetter
-			if err := rows.Scan(&d.ID, &d.Topic, &d.Key, &d.IdempotencyKey, &d.Destination, &d.Attempts,
-				&d.Reason, &d.Error, &d.FailedAt, &d.CreatedAt, &d.PayloadBytes, &list.Matched); err != nil {
-				return fmt.Errorf("list dead letters: %w", err)
-			}
-			list.Letters = append(list.Letters, d)
+		for _, l := range listed {
+			list.Letters = append(list.Letters, l.DeadLetter)
 		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("list dead letters: %w", err)
+		if len(listed) > 0 {
+			list.Matched = listed[0].Matched
 		}
 		return nil
 	})
@@ -206,17 +211,19 @@ func (a *Admin) RetryDead(ctx context.Context, opts RetryDeadOptions) (RetryDead
 	}
 	err := inTx(ctx, a.db, mutation(opts.DryRun), func(tx pgx.Tx) error {
 		if opts.DryRun {
-			err := tx.QueryRow(ctx, a.sql(queryDeadLettersRetryDry), opts.args()...).Scan(&res.Matched, &res.Retried, &res.DeliveredIDs)
+			rows, _ := tx.Query(ctx, a.q.deadLettersRetryDry, opts.args())
+			m, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[retryDeadMoved])
 			if err != nil {
 				return fmt.Errorf("retry dead letters: %w", err)
 			}
+			res.Matched, res.Retried, res.DeliveredIDs = m.Matched, m.Retried, m.Delivered
 			return nil
 		}
 		// All at once; when the hot table refuses one of them, the whole
 		// statement fails, and they go one at a time to find which.
 		m, err := a.retryDeadMove(ctx, tx, opts.DeadFilter, opts)
 		if err == nil {
-			res.Matched, res.Retried, res.DeliveredIDs = m.matched, m.retried, m.delivered
+			res.Matched, res.Retried, res.DeliveredIDs = m.Matched, m.Retried, m.Delivered
 			return nil
 		}
 		if _, ok := refusal(err); !ok {
@@ -232,24 +239,29 @@ func (a *Admin) RetryDead(ctx context.Context, opts RetryDeadOptions) (RetryDead
 	return res, nil
 }
 
-// retryDeadMoved is what one queryDeadLettersRetry did.
+// retryDeadMoved is what one queryDeadLettersRetry did (or
+// queryDeadLettersRetryDry would do): the dead letters matched, those
+// moved, and the ids of those left because their key was delivered.
 type retryDeadMoved struct {
-	matched, retried int64
-	delivered        []int64
+	Matched   int64   `db:"matched"`
+	Retried   int64   `db:"retried"`
+	Delivered []int64 `db:"delivered_ids"`
 }
 
 // retryDeadMove runs queryDeadLettersRetry for the dead letters f selects,
 // re-routed as opts says, in a savepoint of tx: when it fails, tx goes on
 // as before it.
 func (a *Admin) retryDeadMove(ctx context.Context, tx pgx.Tx, f DeadFilter, opts RetryDeadOptions) (retryDeadMoved, error) {
-	var m retryDeadMoved
 	sp, err := tx.Begin(ctx)
 	if err != nil {
-		return m, fmt.Errorf("savepoint: %w", err)
+		return retryDeadMoved{}, fmt.Errorf("savepoint: %w", err)
 	}
 	defer func() { _ = sp.Rollback(context.WithoutCancel(ctx)) }()
-	args := append(f.args(), nullString(opts.SetTopic), nullString(opts.SetDestination))
-	if err := sp.QueryRow(ctx, a.sql(queryDeadLettersRetry), args...).Scan(&m.matched, &m.retried, &m.delivered); err != nil {
+	args := f.args()
+	args["set_topic"], args["set_destination"] = nullString(opts.SetTopic), nullString(opts.SetDestination)
+	rows, _ := sp.Query(ctx, a.q.deadLettersRetry, args)
+	m, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[retryDeadMoved])
+	if err != nil {
 		return retryDeadMoved{}, err
 	}
 	if err := sp.Commit(ctx); err != nil {
@@ -262,41 +274,36 @@ func (a *Admin) retryDeadMove(ctx context.Context, tx pgx.Tx, f DeadFilter, opts
 // the order a retry of all of them inserts them, and notes in res those
 // the hot table refuses, with the refusal.
 func (a *Admin) retryDeadEach(ctx context.Context, tx pgx.Tx, opts RetryDeadOptions, res *RetryDeadResult) error {
-	rows, err := tx.Query(ctx, a.sql(queryDeadLettersRetryJudged), opts.args()...)
-	if err != nil {
-		return fmt.Errorf("judge dead letters: %w", err)
-	}
+	// judged is a dead letter and its verdict.
 	type judged struct {
-		id      int64
-		verdict string
+		ID      int64  `db:"id"`
+		Verdict string `db:"verdict"`
 	}
-	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (judged, error) {
-		var j judged
-		return j, r.Scan(&j.id, &j.verdict)
-	})
+	rows, _ := tx.Query(ctx, a.q.deadLettersRetryJudged, opts.args())
+	all, err := pgx.CollectRows(rows, pgx.RowToStructByName[judged])
 	if err != nil {
 		return fmt.Errorf("judge dead letters: %w", err)
 	}
 	res.Matched = int64(len(all))
 	for _, j := range all {
-		switch j.verdict {
+		switch j.Verdict {
 		case "delivered":
-			res.DeliveredIDs = append(res.DeliveredIDs, j.id)
+			res.DeliveredIDs = append(res.DeliveredIDs, j.ID)
 			continue
 		case "pending":
 			continue
 		}
-		m, err := a.retryDeadMove(ctx, tx, DeadFilter{IDs: []int64{j.id}}, opts)
+		m, err := a.retryDeadMove(ctx, tx, DeadFilter{IDs: []int64{j.ID}}, opts)
 		if err != nil {
 			reason, ok := refusal(err)
 			if !ok {
-				return fmt.Errorf("retry dead letter %d: %w", j.id, err)
+				return fmt.Errorf("retry dead letter %d: %w", j.ID, err)
 			}
-			res.Refused = append(res.Refused, RefusedDeadLetter{ID: j.id, Reason: reason})
+			res.Refused = append(res.Refused, RefusedDeadLetter{ID: j.ID, Reason: reason})
 			continue
 		}
-		res.Retried += m.retried
-		res.DeliveredIDs = append(res.DeliveredIDs, m.delivered...)
+		res.Retried += m.Retried
+		res.DeliveredIDs = append(res.DeliveredIDs, m.Delivered...)
 	}
 	return nil
 }
@@ -348,12 +355,14 @@ func (a *Admin) PurgeDead(ctx context.Context, opts PurgeDeadOptions) (PurgeDead
 	}
 	err := inTx(ctx, a.db, mutation(opts.DryRun), func(tx pgx.Tx) error {
 		if opts.DryRun {
-			if err := tx.QueryRow(ctx, a.sql(queryDeadLettersPurgeDry), opts.args()...).Scan(&res.Purged); err != nil {
+			rows, _ := tx.Query(ctx, a.q.deadLettersPurgeDry, opts.args())
+			var err error
+			if res.Purged, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64]); err != nil {
 				return fmt.Errorf("count dead letters: %w", err)
 			}
 			return nil
 		}
-		tag, err := tx.Exec(ctx, a.sql(queryDeadLettersPurge), opts.args()...)
+		tag, err := tx.Exec(ctx, a.q.deadLettersPurge, opts.args())
 		if err != nil {
 			return fmt.Errorf("purge dead letters: %w", err)
 		}

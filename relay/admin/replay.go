@@ -42,11 +42,15 @@ type ReplayOptions struct {
 	DryRun bool
 }
 
+// selects reports whether o narrows the selection (a topic pattern that
+// matches every topic does not).
 func (o ReplayOptions) selects() bool {
 	return !o.From.IsZero() || !o.To.IsZero() || topicSelects(o.Topic) || o.Key != ""
 }
 
-func (o ReplayOptions) args() []any {
+// args returns the arguments of queryArchiveReplay and
+// queryArchiveReplayDry.
+func (o ReplayOptions) args() pgx.StrictNamedArgs {
 	var deliveredFrom, deliveredTo, createdFrom, createdTo any
 	switch o.By {
 	case CreatedAt:
@@ -55,26 +59,29 @@ func (o ReplayOptions) args() []any {
 		deliveredFrom, deliveredTo = nullTime(o.From), nullTime(o.To)
 	}
 	topic, topicPattern := topicParams(o.Topic)
-	return []any{deliveredFrom, deliveredTo, createdFrom, createdTo, topic, topicPattern, nullString(o.Key), o.NewKeys}
+	return pgx.StrictNamedArgs{
+		"delivered_from": deliveredFrom, "delivered_to": deliveredTo, "created_from": createdFrom, "created_to": createdTo,
+		"topic": topic, "topic_pattern": topicPattern, "key": nullString(o.Key), "new_keys": o.NewKeys,
+	}
 }
 
 // ReplayResult says what Replay did, or would do in a dry run.
 type ReplayResult struct {
-	DryRun  bool `json:"dry_run"`
-	NewKeys bool `json:"new_keys"`
+	DryRun  bool `json:"dry_run" db:"-"`
+	NewKeys bool `json:"new_keys" db:"-"`
 	// Matched counts the archived rows selected (duplicates excluded).
-	Matched int64 `json:"matched"`
+	Matched int64 `json:"matched" db:"matched"`
 	// Events counts their distinct idempotency keys: a key delivered
 	// several times is replayed once, from its latest delivery.
-	Events int64 `json:"events"`
+	Events int64 `json:"events" db:"events"`
 	// SkippedPending events were not replayed: a row with their idempotency
 	// key is pending in the hot table, so the event is on its way already.
-	SkippedPending int64 `json:"skipped_pending"`
+	SkippedPending int64 `json:"skipped_pending" db:"skipped_pending"`
 	// Replayed rows were inserted into the hot table.
-	Replayed int64 `json:"replayed"`
+	Replayed int64 `json:"replayed" db:"replayed"`
 	// ForgottenKeys counts the delivered_keys rows deleted so that replays
 	// with original keys are sent rather than archived as duplicates.
-	ForgottenKeys int64 `json:"forgotten_keys"`
+	ForgottenKeys int64 `json:"forgotten_keys" db:"forgotten_keys"`
 }
 
 // Replay inserts the archived rows opts selects into the hot table again,
@@ -101,16 +108,17 @@ func (a *Admin) Replay(ctx context.Context, opts ReplayOptions) (ReplayResult, e
 	if !opts.From.IsZero() && !opts.To.IsZero() && !opts.From.Before(opts.To) {
 		return res, errors.New("replay: From must be before To")
 	}
-	q := queryArchiveReplay
+	q := a.q.archiveReplay
 	if opts.DryRun {
-		q = queryArchiveReplayDry
+		q = a.q.archiveReplayDry
 	}
 	err := inTx(ctx, a.db, mutation(opts.DryRun), func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, a.sql(q), opts.args()...).
-			Scan(&res.Matched, &res.Events, &res.SkippedPending, &res.Replayed, &res.ForgottenKeys)
-		if err != nil {
+		rows, _ := tx.Query(ctx, q, opts.args())
+		var err error
+		if res, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[ReplayResult]); err != nil {
 			return fmt.Errorf("replay archived rows: %w", err)
 		}
+		res.DryRun, res.NewKeys = opts.DryRun, opts.NewKeys
 		return nil
 	})
 	if err != nil {

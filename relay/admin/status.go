@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/internal/horizon"
 )
 
 // Defaults for StatusOptions.
@@ -139,96 +141,96 @@ func (h *HorizonStatus) Oldest() *HorizonHolder {
 // runs; in backoff when it failed and waits for its retry; delayed when it
 // was never tried and waits for its available_at.
 type DestinationStatus struct {
-	Destination string `json:"destination"`
+	Destination string `json:"destination" db:"destination"`
 	// Pending is every row of the destination in the hot table.
-	Pending int64 `json:"pending"`
+	Pending int64 `json:"pending" db:"pending"`
 	// Due is the backlog: rows a relay may claim now.
-	Due int64 `json:"due"`
+	Due int64 `json:"due" db:"due"`
 	// OldestDueAt is the available_at of the oldest due row, and
 	// OldestDueAgeSeconds how long ago that was (0 without due rows).
-	OldestDueAt         *time.Time `json:"oldest_due_at,omitempty"`
-	OldestDueAgeSeconds float64    `json:"oldest_due_age_seconds"`
-	InFlight            int64      `json:"in_flight"`
-	Backoff             int64      `json:"backoff"`
+	OldestDueAt         *time.Time `json:"oldest_due_at,omitempty" db:"oldest_due_at"`
+	OldestDueAgeSeconds float64    `json:"oldest_due_age_seconds" db:"-"`
+	InFlight            int64      `json:"in_flight" db:"in_flight"`
+	Backoff             int64      `json:"backoff" db:"backoff"`
 	// NextRetryAt is the earliest retry among rows in backoff.
-	NextRetryAt *time.Time `json:"next_retry_at,omitempty"`
-	Delayed     int64      `json:"delayed"`
+	NextRetryAt *time.Time `json:"next_retry_at,omitempty" db:"next_retry_at"`
+	Delayed     int64      `json:"delayed" db:"delayed"`
 	// NextDelayedAt is the earliest available_at among delayed rows.
-	NextDelayedAt *time.Time `json:"next_delayed_at,omitempty"`
+	NextDelayedAt *time.Time `json:"next_delayed_at,omitempty" db:"next_delayed_at"`
 	// Waiting counts, in ordered mode, the rows that wait for an older row
 	// of their key (not due, whatever their available_at).
-	Waiting int64 `json:"waiting"`
+	Waiting int64 `json:"waiting" db:"waiting"`
 }
 
 // BackoffGroup counts the rows in backoff that failed with one error.
 type BackoffGroup struct {
-	Error string `json:"error"`
-	Count int64  `json:"count"`
+	Error string `json:"error" db:"error"`
+	Count int64  `json:"count" db:"count"`
 	// NextRetryAt is the earliest retry among them.
-	NextRetryAt time.Time `json:"next_retry_at"`
+	NextRetryAt time.Time `json:"next_retry_at" db:"next_retry_at"`
 }
 
 // MinuteCount is what the relays archived in one minute.
 type MinuteCount struct {
-	Minute       time.Time `json:"minute"`
-	Delivered    int64     `json:"delivered"`
-	Deduplicated int64     `json:"deduplicated"`
+	Minute       time.Time `json:"minute" db:"minute"`
+	Delivered    int64     `json:"delivered" db:"delivered"`
+	Deduplicated int64     `json:"deduplicated" db:"deduplicated"`
 }
 
 // RelayStatus is a relay registered on the schema.
 type RelayStatus struct {
-	ID        string      `json:"id"`
-	Version   string      `json:"version"`
-	Mode      outbox.Mode `json:"mode"`
-	StartedAt time.Time   `json:"started_at"`
-	LastSeen  time.Time   `json:"last_seen"`
+	ID        string      `json:"id" db:"id"`
+	Version   string      `json:"version" db:"version"`
+	Mode      outbox.Mode `json:"mode" db:"mode"`
+	StartedAt time.Time   `json:"started_at" db:"started_at"`
+	LastSeen  time.Time   `json:"last_seen" db:"last_seen"`
 	// Alive is set when the relay was seen within 30 seconds (it records a
 	// heartbeat every 10).
-	Alive bool `json:"alive"`
+	Alive bool `json:"alive" db:"alive"`
 }
 
 // BlockedKey is a key whose head (its oldest row) failed and holds up the
 // key's other rows (ordered mode).
 type BlockedKey struct {
-	Key string `json:"key"`
+	Key string `json:"key" db:"key"`
 	// HeadCreatedAt is when the head was written.
-	HeadCreatedAt time.Time `json:"head_created_at"`
-	Attempts      int       `json:"attempts"`
+	HeadCreatedAt time.Time `json:"head_created_at" db:"head_created_at"`
+	Attempts      int       `json:"attempts" db:"attempts"`
 	// NextAttemptAt is when the head is retried; InFlight is set while a
 	// retry is under way.
-	NextAttemptAt time.Time `json:"next_attempt_at"`
-	InFlight      bool      `json:"in_flight"`
-	LastError     string    `json:"last_error"`
+	NextAttemptAt time.Time `json:"next_attempt_at" db:"next_attempt_at"`
+	InFlight      bool      `json:"in_flight" db:"in_flight"`
+	LastError     string    `json:"last_error" db:"last_error"`
 	// Rows counts the key's rows, the head included.
-	Rows int64 `json:"rows"`
+	Rows int64 `json:"rows" db:"rows"`
 }
 
 // BucketOwner is a relay's share of the buckets in partitioned mode.
 type BucketOwner struct {
 	// RelayID holds the buckets; empty for buckets nobody holds.
-	RelayID string  `json:"relay_id"`
-	Buckets []int32 `json:"buckets"`
+	RelayID string  `json:"relay_id" db:"relay_id"`
+	Buckets []int32 `json:"buckets" db:"buckets"`
 	// Epoch is the newest epoch (fencing token) among them.
-	Epoch int64 `json:"epoch"`
+	Epoch int64 `json:"epoch" db:"epoch"`
 	// LeaseUntil is when the earliest of the relay's bucket leases ends
 	// unless renewed; LastSeen its last heartbeat.
-	LeaseUntil *time.Time `json:"lease_until,omitempty"`
-	LastSeen   *time.Time `json:"last_seen,omitempty"`
+	LeaseUntil *time.Time `json:"lease_until,omitempty" db:"lease_until"`
+	LastSeen   *time.Time `json:"last_seen,omitempty" db:"last_seen"`
 	// Due and InFlight count the rows of its buckets that are due, and in
 	// flight: the backlog of each relay.
-	Due      int64 `json:"due"`
-	InFlight int64 `json:"in_flight"`
+	Due      int64 `json:"due" db:"due"`
+	InFlight int64 `json:"in_flight" db:"in_flight"`
 }
 
 // LeaseStatus counts the rows one relay holds in flight.
 type LeaseStatus struct {
 	// RelayID is the relay's leased_by (RELAY_ID).
-	RelayID string `json:"relay_id"`
-	Rows    int64  `json:"rows"`
+	RelayID string `json:"relay_id" db:"relay_id"`
+	Rows    int64  `json:"rows" db:"rows"`
 	// EarliestLeaseEnd and LatestLeaseEnd bound its leases' ends: a relay
 	// whose leases all end in the past has stopped settling.
-	EarliestLeaseEnd time.Time `json:"earliest_lease_end"`
-	LatestLeaseEnd   time.Time `json:"latest_lease_end"`
+	EarliestLeaseEnd time.Time `json:"earliest_lease_end" db:"earliest_lease_end"`
+	LatestLeaseEnd   time.Time `json:"latest_lease_end" db:"latest_lease_end"`
 }
 
 // DeadLetterStatus summarises the dead letters.
@@ -242,28 +244,28 @@ type DeadLetterStatus struct {
 // CountSince counts the dead letters with one reason or error text.
 type CountSince struct {
 	// Value is the reason or the error text.
-	Value string `json:"value"`
-	Count int64  `json:"count"`
+	Value string `json:"value" db:"value"`
+	Count int64  `json:"count" db:"count"`
 	// LastFailedAt is the latest failed_at among them.
-	LastFailedAt time.Time `json:"last_failed_at"`
+	LastFailedAt time.Time `json:"last_failed_at" db:"last_failed_at"`
 }
 
 // TableStatus describes one of the relay's tables.
 type TableStatus struct {
-	Table string `json:"table"`
+	Table string `json:"table" db:"table"`
 	// Rows is the row count: exact for messages and dead_letters (and for
 	// the others with ExactCounts), otherwise the running estimate
 	// n_live_tup; RowsExact says which.
-	Rows      int64 `json:"rows"`
-	RowsExact bool  `json:"rows_exact"`
+	Rows      int64 `json:"rows" db:"-"`
+	RowsExact bool  `json:"rows_exact" db:"-"`
 	// TotalBytes is pg_total_relation_size: heap, indexes and TOAST.
-	TotalBytes int64 `json:"total_bytes"`
+	TotalBytes int64 `json:"total_bytes" db:"total_bytes"`
 	// LiveTuples and DeadTuples are pg_stat_user_tables' estimates; many
 	// dead tuples in messages mean vacuum is falling behind.
-	LiveTuples     int64      `json:"live_tuples"`
-	DeadTuples     int64      `json:"dead_tuples"`
-	LastVacuum     *time.Time `json:"last_vacuum,omitempty"`
-	LastAutovacuum *time.Time `json:"last_autovacuum,omitempty"`
+	LiveTuples     int64      `json:"live_tuples" db:"live_tuples"`
+	DeadTuples     int64      `json:"dead_tuples" db:"dead_tuples"`
+	LastVacuum     *time.Time `json:"last_vacuum,omitempty" db:"last_vacuum"`
+	LastAutovacuum *time.Time `json:"last_autovacuum,omitempty" db:"last_autovacuum"`
 }
 
 // Total returns the sum over every destination; its Destination is empty.
@@ -284,13 +286,7 @@ func (s *StatusReport) Total() DestinationStatus {
 	return t
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
+// earliest returns the earlier of a and b; nil only when both are.
 func earliest(a, b *time.Time) *time.Time {
 	if a == nil || (b != nil && b.Before(*a)) {
 		return b
@@ -298,14 +294,39 @@ func earliest(a, b *time.Time) *time.Time {
 	return a
 }
 
+// schemaMode is what queryRelayMode reads.
+type schemaMode struct {
+	At        time.Time   `db:"at"`
+	Mode      outbox.Mode `db:"mode"`
+	ChangedAt time.Time   `db:"changed_at"`
+	ChangedBy string      `db:"changed_by"`
+}
+
+// exactCounts is what queryArchiveCountExact reads.
+type exactCounts struct {
+	Archive       int64 `db:"archive_rows"`
+	DeliveredKeys int64 `db:"delivered_keys_rows"`
+}
+
+// collect queues q on b with args and has the rows it returns, collected
+// by name, appended to *into; what names them in the error.
+func collect[T any](b *pgx.Batch, into *[]T, what, q string, args ...any) {
+	b.Queue(q, args...).Query(func(rows pgx.Rows) error {
+		got, err := pgx.AppendRows(*into, rows, pgx.RowToStructByName[T])
+		if err != nil {
+			return fmt.Errorf("read %s: %w", what, err)
+		}
+		*into = got
+		return nil
+	})
+}
+
 // Status reads a snapshot of the relay's tables in schema: a handful of
-// queries in one read-only transaction and one round trip. The hot table
-// and the dead letters are scanned; the archive and delivered_keys are not,
-// unless opts.ExactCounts.
+// queries in one read-only transaction, the schema's mode first and the
+// rest in one round trip. The hot table and the dead letters are scanned;
+// the archive and delivered_keys are not, unless opts.ExactCounts.
 func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, error) {
-	if opts.DefaultSink == "" {
-		opts.DefaultSink = DefaultSinkLabel
-	}
+	opts.DefaultSink = cmp.Or(opts.DefaultSink, DefaultSinkLabel)
 	if opts.TopErrors <= 0 {
 		opts.TopErrors = TopErrorsDefault
 	}
@@ -314,169 +335,69 @@ func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, 
 	}
 	st := &StatusReport{Destinations: []DestinationStatus{}, Leases: []LeaseStatus{}, Tables: []TableStatus{},
 		Relays: []RelayStatus{}, BlockedKeys: []BlockedKey{}, Buckets: []BucketOwner{}, BackoffByError: []BackoffGroup{}, DeliveredPerMinute: []MinuteCount{},
-		DeadLetters: DeadLetterStatus{ByReason: []CountSince{}, TopErrors: []CountSince{}},
-		Horizon:     HorizonStatus{Holders: []HorizonHolder{}}}
+		DeadLetters: DeadLetterStatus{ByReason: []CountSince{}, TopErrors: []CountSince{}}}
+	var holders horizon.Oldest
+	var exact *exactCounts
 	err := inTx(ctx, a.db, readOnly, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&st.At); err != nil {
-			return fmt.Errorf("read status: %w", err)
-		}
-		if err := tx.QueryRow(ctx, a.sql(queryRelayMode)).Scan(&st.Mode, &st.ModeChangedAt, &st.ModeChangedBy); err != nil {
+		rows, _ := tx.Query(ctx, a.q.relayMode)
+		mode, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[schemaMode])
+		if err != nil {
 			return fmt.Errorf("read the schema's mode: %w", err)
 		}
+		st.At, st.Mode, st.ModeChangedAt, st.ModeChangedBy = mode.At, mode.Mode, mode.ChangedAt, mode.ChangedBy
 		ordered := st.Mode == outbox.ModeOrdered
 		b := &pgx.Batch{}
-		b.Queue(a.sql(queryRelaysStatus), relayAliveFor).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var r RelayStatus
-				if err := rows.Scan(&r.ID, &r.Version, &r.Mode, &r.StartedAt, &r.LastSeen, &r.Alive); err != nil {
-					return fmt.Errorf("read relays: %w", err)
-				}
-				st.Relays = append(st.Relays, r)
-			}
-			return rows.Err()
-		})
-		b.Queue(a.sql(queryBackoffByError), opts.TopErrors).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var g BackoffGroup
-				if err := rows.Scan(&g.Error, &g.Count, &g.NextRetryAt); err != nil {
-					return fmt.Errorf("read backoff by error: %w", err)
-				}
-				st.BackoffByError = append(st.BackoffByError, g)
-			}
-			return rows.Err()
-		})
-		b.Queue(a.sql(queryDeliveredPerMinute), deliveredMinutes).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var m MinuteCount
-				if err := rows.Scan(&m.Minute, &m.Delivered, &m.Deduplicated); err != nil {
-					return fmt.Errorf("read deliveries per minute: %w", err)
-				}
-				st.DeliveredPerMinute = append(st.DeliveredPerMinute, m)
-			}
-			return rows.Err()
-		})
+		collect(b, &st.Relays, "relays", a.q.relaysStatus, pgx.StrictNamedArgs{"alive": relayAliveFor})
+		collect(b, &st.BackoffByError, "backoff by error", a.q.backoffByError, pgx.StrictNamedArgs{"limit": opts.TopErrors})
+		collect(b, &st.DeliveredPerMinute, "deliveries per minute", a.q.deliveredPerMinute, pgx.StrictNamedArgs{"minutes": deliveredMinutes})
 		if ordered {
-			b.Queue(a.sql(queryBlockedKeys), opts.BlockedKeys).Query(func(rows pgx.Rows) error {
-				for rows.Next() {
-					var k BlockedKey
-					if err := rows.Scan(&k.Key, &k.HeadCreatedAt, &k.Attempts, &k.NextAttemptAt, &k.InFlight, &k.LastError, &k.Rows); err != nil {
-						return fmt.Errorf("read blocked keys: %w", err)
-					}
-					st.BlockedKeys = append(st.BlockedKeys, k)
-				}
-				return rows.Err()
-			})
+			collect(b, &st.BlockedKeys, "blocked keys", a.q.blockedKeys, pgx.StrictNamedArgs{"limit": opts.BlockedKeys})
 		}
 		if st.Mode == outbox.ModePartitioned {
-			b.Queue(a.sql(queryBucketOwners)).Query(func(rows pgx.Rows) error {
-				for rows.Next() {
-					var o BucketOwner
-					if err := rows.Scan(&o.RelayID, &o.Buckets, &o.Epoch, &o.LeaseUntil, &o.LastSeen, &o.Due, &o.InFlight); err != nil {
-						return fmt.Errorf("read bucket owners: %w", err)
-					}
-					st.Buckets = append(st.Buckets, o)
-				}
-				return rows.Err()
-			})
+			collect(b, &st.Buckets, "bucket owners", a.q.bucketOwners)
 		}
-		b.Queue(a.sql(queryMessagesStatus), opts.DefaultSink, ordered).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var d DestinationStatus
-				if err := rows.Scan(&d.Destination, &d.Pending, &d.Due, &d.OldestDueAt, &d.InFlight,
-					&d.Backoff, &d.NextRetryAt, &d.Delayed, &d.NextDelayedAt, &d.Waiting); err != nil {
-					return fmt.Errorf("read hot table summary: %w", err)
-				}
-				st.Destinations = append(st.Destinations, d)
-			}
-			return rows.Err()
-		})
-		b.Queue(a.sql(queryMessagesLeases)).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var l LeaseStatus
-				if err := rows.Scan(&l.RelayID, &l.Rows, &l.EarliestLeaseEnd, &l.LatestLeaseEnd); err != nil {
-					return fmt.Errorf("read leases: %w", err)
-				}
-				st.Leases = append(st.Leases, l)
-			}
-			return rows.Err()
-		})
-		b.Queue(a.sql(queryDeadLettersByReason)).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var c CountSince
-				if err := rows.Scan(&c.Value, &c.Count, &c.LastFailedAt); err != nil {
-					return fmt.Errorf("read dead letters by reason: %w", err)
-				}
-				st.DeadLetters.ByReason = append(st.DeadLetters.ByReason, c)
-				st.DeadLetters.Total += c.Count
-			}
-			return rows.Err()
-		})
-		b.Queue(a.sql(queryDeadLettersTopErrors), opts.TopErrors).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var c CountSince
-				if err := rows.Scan(&c.Value, &c.Count, &c.LastFailedAt); err != nil {
-					return fmt.Errorf("read dead letters by error: %w", err)
-				}
-				st.DeadLetters.TopErrors = append(st.DeadLetters.TopErrors, c)
-			}
-			return rows.Err()
-		})
-		b.Queue(queryTablesStatus, a.schema).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var t TableStatus
-				if err := rows.Scan(&t.Table, &t.TotalBytes, &t.LiveTuples, &t.DeadTuples, &t.LastVacuum, &t.LastAutovacuum); err != nil {
-					return fmt.Errorf("read table statistics: %w", err)
-				}
-				t.Rows = t.LiveTuples
-				st.Tables = append(st.Tables, t)
-			}
-			return rows.Err()
-		})
-		b.Queue(queryReadAllStats).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&st.Horizon.SeesAllSessions)
-		})
-		b.Queue(queryHorizonHolders, horizonHoldersListed).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var h HorizonHolder
-				var name, user, app, state *string
-				if err := rows.Scan(&h.Holder, &h.PID, &name, &user, &app, &state, &h.AgeSeconds, &h.AgeTransactions); err != nil {
-					return fmt.Errorf("read the xmin horizon: %w", err)
-				}
-				h.Name, h.User, h.ApplicationName, h.State = deref(name), deref(user), deref(app), deref(state)
-				if h.AgeSeconds != nil {
-					*h.AgeSeconds = max(*h.AgeSeconds, 0)
-				}
-				st.Horizon.Holders = append(st.Horizon.Holders, h)
-			}
-			return rows.Err()
-		})
-		var archiveRows, keyRows *int64
+		collect(b, &st.Destinations, "hot table summary", a.q.messagesStatus,
+			pgx.StrictNamedArgs{"default_sink": opts.DefaultSink, "ordered": ordered})
+		collect(b, &st.Leases, "leases", a.q.messagesLeases)
+		collect(b, &st.DeadLetters.ByReason, "dead letters by reason", a.q.deadLettersByReason)
+		collect(b, &st.DeadLetters.TopErrors, "dead letters by error", a.q.deadLettersTopErrors, pgx.StrictNamedArgs{"limit": opts.TopErrors})
+		collect(b, &st.Tables, "table statistics", a.q.tablesStatus, pgx.StrictNamedArgs{"schema_name": a.schema})
+		horizon.QueueOldest(b, horizonHoldersListed, &holders)
 		if opts.ExactCounts {
-			b.Queue(a.sql(queryArchiveCountExact)).QueryRow(func(row pgx.Row) error {
-				return row.Scan(&archiveRows, &keyRows)
+			b.Queue(a.q.archiveCountExact).Query(func(rows pgx.Rows) error {
+				c, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[exactCounts])
+				if err != nil {
+					return fmt.Errorf("count the archive: %w", err)
+				}
+				exact = c
+				return nil
 			})
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("read status: %w", err)
 		}
-		total := st.Total()
-		for i := range st.Tables {
-			t := &st.Tables[i]
-			switch {
-			case t.Table == "messages":
-				t.Rows, t.RowsExact = total.Pending, true
-			case t.Table == "dead_letters":
-				t.Rows, t.RowsExact = st.DeadLetters.Total, true
-			case t.Table == "archive" && archiveRows != nil:
-				t.Rows, t.RowsExact = *archiveRows, true
-			case t.Table == "delivered_keys" && keyRows != nil:
-				t.Rows, t.RowsExact = *keyRows, true
-			}
-		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, c := range st.DeadLetters.ByReason {
+		st.DeadLetters.Total += c.Count
+	}
+	total := st.Total()
+	for i := range st.Tables {
+		t := &st.Tables[i]
+		t.Rows = t.LiveTuples
+		switch {
+		case t.Table == "messages":
+			t.Rows, t.RowsExact = total.Pending, true
+		case t.Table == "dead_letters":
+			t.Rows, t.RowsExact = st.DeadLetters.Total, true
+		case t.Table == "archive" && exact != nil:
+			t.Rows, t.RowsExact = exact.Archive, true
+		case t.Table == "delivered_keys" && exact != nil:
+			t.Rows, t.RowsExact = exact.DeliveredKeys, true
+		}
 	}
 	for i := range st.Destinations {
 		d := &st.Destinations[i]
@@ -484,5 +405,17 @@ func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, 
 			d.OldestDueAgeSeconds = max(0, st.At.Sub(*d.OldestDueAt).Seconds())
 		}
 	}
+	st.Horizon = horizonStatus(holders)
 	return st, nil
+}
+
+// horizonStatus is the listing of the horizon's holders that Status
+// reports.
+func horizonStatus(o horizon.Oldest) HorizonStatus {
+	hs := HorizonStatus{Holders: make([]HorizonHolder, len(o.Holders)), SeesAllSessions: o.SeesAllSessions}
+	for i, h := range o.Holders {
+		hs.Holders[i] = HorizonHolder{Holder: h.Kind, PID: h.PID, Name: h.Name, User: h.User, ApplicationName: h.ApplicationName,
+			State: h.State, AgeSeconds: h.AgeSeconds, AgeTransactions: h.AgeTransactions}
+	}
+	return hs
 }

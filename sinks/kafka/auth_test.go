@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
+	"github.com/outbox-relay/outbox-relay/internal/testlog"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	kafkasink "github.com/outbox-relay/outbox-relay/sinks/kafka"
@@ -86,12 +86,12 @@ func TestSASL_WrongPasswordIsRefusedClearlyAndNothingIsDelivered(t *testing.T) {
 			if tt.realKafka {
 				answerWrongPasswordAsKafkaDoes(c.Fake(), "wrong-password")
 			}
-			logs := &syncWriter{w: new(bytes.Buffer)}
+			log, logs := testlog.New(t, slog.LevelInfo)
 			s, err := kafkasink.New(kafkasink.Config{
 				Brokers:     c.Brokers(),
 				TopicPrefix: prefix,
 				SASL:        kafkasink.SASL{Mechanism: tt.mech, Username: relayUser, Password: "wrong-password"},
-				Logger:      slog.New(slog.NewTextHandler(logs, nil)),
+				Logger:      log,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -209,24 +209,6 @@ func waitRecords(t *testing.T, c *kafkatest.Cluster, msgs []sinks.Message) map[s
 		}
 	}
 	return got
-}
-
-// syncWriter serializes writes to w.
-type syncWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.w.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.w.String()
 }
 
 func TestTLS_DeliversToABrokerItTrusts(t *testing.T) {

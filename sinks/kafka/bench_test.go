@@ -1,7 +1,6 @@
 package kafka_test
 
 import (
-	"context"
 	"log/slog"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testlog"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks"
@@ -56,7 +56,7 @@ func benchDrain(b *testing.B, n int, insert func(db *dbtest.Schema, n int)) {
 		db := dbtest.New(b)
 		c := kafkatest.Start(b)
 		c.CreateTopic(b, "orders.created", 8)
-		log := slog.New(slog.NewTextHandler(b.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+		log, _ := testlog.New(b, slog.LevelWarn)
 		s, err := kafkasink.New(kafkasink.Config{Brokers: c.Brokers(), Logger: log})
 		if err != nil {
 			b.Fatal(err)
@@ -65,26 +65,17 @@ func benchDrain(b *testing.B, n int, insert func(db *dbtest.Schema, n int)) {
 		insert(db, n)
 		db.Exec(b, "ANALYZE %s.messages")
 		cfg := relay.Config{Schema: db.Name, Sinks: map[string]sinks.Sink{"kafka": s}, Logger: log, Metrics: relay.NewMetrics()}
-		r, err := relay.New(db.Pool, cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
 
 		b.StartTimer()
 		began := time.Now()
-		go func() { done <- r.Run(ctx) }()
+		_, stop := relaytest.Start(b, db.Pool, cfg)
 		waitfor.Condition(b, 5*time.Minute, "the backlog to drain", func() bool {
 			return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("kafka", "delivered")) >= float64(n)
 		})
 		total += time.Since(began)
 		b.StopTimer()
 
-		cancel()
-		if err := <-done; err != nil {
-			b.Errorf("Run: %v", err)
-		}
+		stop()
 		_ = s.Close()
 		if got := len(c.Records(b, "orders.created")); got < n {
 			b.Errorf("Kafka holds %d records, want %d", got, n)

@@ -1,14 +1,11 @@
 package nats_test
 
 import (
-	"bytes"
 	"errors"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +14,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/outbox-relay/outbox-relay/internal/natstest"
+	"github.com/outbox-relay/outbox-relay/internal/testlog"
 	"github.com/outbox-relay/outbox-relay/internal/tlstest"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/sinks"
@@ -24,75 +22,36 @@ import (
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
 
-// logBuffer collects a sink's log, safe for concurrent writes.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines returns the log lines at level (INFO, WARN, ERROR) that contain s.
-func (l *logBuffer) lines(level, s string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for line := range strings.SplitSeq(l.b.String(), "\n") {
-		if strings.Contains(line, "level="+level) && strings.Contains(line, s) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
 // recoveries returns the info lines that end an outage in which reason was
 // logged (the server restarts around the refusal may add other reasons).
-func recoveries(l *logBuffer, reason string) []string {
-	var out []string
-	for _, line := range l.lines("INFO", reason) {
-		if strings.Contains(line, `after="`) {
-			out = append(out, line)
-		}
-	}
-	return out
+func recoveries(logs *testlog.Buffer, reason string) []string {
+	return logs.Lines("level=INFO", reason, `after="`)
 }
 
 // assertOneRecoveryLine waits for the info line that says the sink is back
 // and names the failure it ends, then checks there is exactly one. nats.go
 // runs its reconnected callback on its own goroutine, so the connection can
 // be usable a moment before the line is written.
-func assertOneRecoveryLine(t *testing.T, logs *logBuffer, reason string) {
+func assertOneRecoveryLine(t *testing.T, logs *testlog.Buffer, reason string) {
 	t.Helper()
-	waitfor.Condition(t, 10*time.Second, "the info line on recovery", func() bool {
-		return len(recoveries(logs, reason)) > 0
-	})
+	logs.Wait(t, 10*time.Second, "level=INFO", reason, `after="`)
 	if got := recoveries(logs, reason); len(got) != 1 {
 		t.Errorf("info lines on recovery: %q, want one naming the failure it ends", got)
 	}
 }
 
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // secureSink opens a JetStream sink on srv with the authentication and TLS
 // settings of auth, logging to the returned buffer (and to the test's
 // output). It does not wait for the connection.
-func secureSink(t *testing.T, srv *natstest.Server, auth natssink.Config) (*natssink.Sink, *logBuffer) {
+func secureSink(t *testing.T, srv *natstest.Server, auth natssink.Config) (*natssink.Sink, *testlog.Buffer) {
 	t.Helper()
-	logs := &logBuffer{}
 	cfg := auth
 	cfg.URL = srv.URL()
 	cfg.JetStream = true
 	cfg.SubjectPrefix = prefix
 	cfg.AckTimeout = 2 * time.Second
-	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))
+	var logs *testlog.Buffer
+	cfg.Logger, logs = testlog.New(t, slog.LevelInfo)
 	s, err := natssink.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +171,7 @@ func TestSink_AuthenticationAndTLS(t *testing.T) {
 				if n := srv.Count(t, stream); n != uint64(len(msgs)) {
 					t.Errorf("the stream holds %d messages, want %d", n, len(msgs))
 				}
-				if errs := logs.lines("ERROR", ""); len(errs) != 0 {
+				if errs := logs.Lines("level=ERROR"); len(errs) != 0 {
 					t.Errorf("errors logged with the right settings: %q", errs)
 				}
 			})
@@ -244,7 +203,7 @@ func TestSink_AuthenticationAndTLS(t *testing.T) {
 					if n := srv.Count(t, stream); n != 0 {
 						t.Errorf("the stream holds %d messages", n)
 					}
-					if got := logs.lines("ERROR", b.reason); len(got) != 1 {
+					if got := logs.Lines("level=ERROR", b.reason); len(got) != 1 {
 						t.Errorf("%d error lines with %q after %d attempts, want 1:\n%s", len(got), b.reason, srv.TotalConnections()-before, logs)
 					}
 				})
@@ -279,7 +238,7 @@ func TestSink_RenewedCredsFileIsUsedAtTheNextAttempt(t *testing.T) {
 			t.Errorf("message %d: %v", i, err)
 		}
 	}
-	if got := logs.lines("ERROR", "authorization violation"); len(got) != 1 {
+	if got := logs.Lines("level=ERROR", "authorization violation"); len(got) != 1 {
 		t.Errorf("error lines: %q, want 1", got)
 	}
 }
@@ -430,7 +389,7 @@ func TestSink_RefusedAtReconnection(t *testing.T) {
 	waitfor.Condition(t, 30*time.Second, "the client to try again several times", func() bool {
 		return srv.TotalConnections() >= before+5
 	})
-	if got := logs.lines("ERROR", "authorization violation"); len(got) != 1 {
+	if got := logs.Lines("level=ERROR", "authorization violation"); len(got) != 1 {
 		t.Errorf("%d error lines for %d refused reconnections, want 1:\n%s", len(got), srv.TotalConnections()-before, logs)
 	}
 
@@ -482,8 +441,8 @@ func TestSink_PublishWithoutPermissionIsLoudAndTransient(t *testing.T) {
 	if err := s.Available(); err != nil {
 		t.Errorf("Available: %v; a denied subject does not make the sink unavailable", err)
 	}
-	waitfor.Condition(t, 15*time.Second, "the refusal in the log", func() bool { return len(logs.lines("ERROR", "permissions violation")) > 0 })
-	if got := logs.lines("ERROR", "permissions violation"); len(got) != 1 {
+	logs.Wait(t, 15*time.Second, "level=ERROR", "permissions violation")
+	if got := logs.Lines("level=ERROR", "permissions violation"); len(got) != 1 {
 		t.Errorf("error lines: %q, want 1", got)
 	}
 }

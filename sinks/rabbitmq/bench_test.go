@@ -8,8 +8,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/internal/rabbitmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
-	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks/rabbitmq"
 )
 
@@ -44,12 +44,12 @@ SELECT 'events.orders.created',
 		db.Exec(b, "ANALYZE %s.messages")
 		b.StartTimer()
 		began := time.Now()
-		stop, metrics := startRelay(b, db, s, func(c *relay.Config) {
-			// The engine's defaults, as the binary runs without settings.
-			c.PollInterval, c.Lease, c.BackoffMin, c.BackoffMax, c.DrainTimeout = 0, 0, 0, 0, 0
-		})
+		cfg := relayConfig(b, db, s)
+		// The engine's defaults, as the binary runs without settings.
+		cfg.PollInterval, cfg.Lease, cfg.BackoffMin, cfg.BackoffMax, cfg.DrainTimeout = 0, 0, 0, 0, 0
+		_, stop := relaytest.Start(b, db.Pool, cfg)
 		waitfor.Condition(b, 10*time.Minute, "the backlog to drain", func() bool {
-			return testutil.ToFloat64(metrics.Messages.WithLabelValues("rabbitmq", "delivered")) >= rows
+			return testutil.ToFloat64(cfg.Metrics.Messages.WithLabelValues("rabbitmq", "delivered")) >= rows
 		})
 		total += time.Since(began)
 		b.StopTimer()

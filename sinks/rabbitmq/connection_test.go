@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/rabbitmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/testlog"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/rabbitmq"
@@ -30,10 +32,10 @@ func TestSink_ReconnectsWhenTheBrokerClosesTheConnection(t *testing.T) {
 		mustDeliver(t, s, msgs)
 		sent = append(sent, msgs...)
 		v.CloseConnections(t, "outbox-relay test: closed by the broker")
-		waitfor.Condition(t, 15*time.Second, "the sink to notice", func() bool { return logs.count("connection to RabbitMQ lost") > round })
+		waitfor.Condition(t, 15*time.Second, "the sink to notice", func() bool { return len(logs.Lines("connection to RabbitMQ lost")) > round })
 		waitfor.Condition(t, 15*time.Second, "the sink to reconnect", func() bool { return s.Available() == nil })
 	}
-	if !strings.Contains(logs.all(), "CONNECTION_FORCED - outbox-relay test: closed by the broker") {
+	if !strings.Contains(logs.String(), "CONNECTION_FORCED - outbox-relay test: closed by the broker") {
 		t.Error("the log does not give the broker's reason")
 	}
 	mustDeliver(t, s, sinktest.Messages(t, 1))
@@ -141,8 +143,8 @@ func TestCheckStartup(t *testing.T) {
 	v := rabbitmqtest.New(t)
 	check := func(t *testing.T, cfg rabbitmq.Config) ([]sinks.Problem, string) {
 		t.Helper()
-		logs := &logBuffer{t: t}
-		cfg.Logger = slogTo(logs)
+		var logs *testlog.Buffer
+		cfg.Logger, logs = testlog.New(t, slog.LevelDebug)
 		s, err := rabbitmq.New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -154,7 +156,7 @@ func TestCheckStartup(t *testing.T) {
 		if err != nil {
 			t.Fatalf("CheckStartup: %v", err)
 		}
-		return problems, logs.all()
+		return problems, logs.String()
 	}
 	codes := func(problems []sinks.Problem) []string {
 		var out []string

@@ -5,10 +5,8 @@ package rabbitmq_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,24 +15,18 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/dbtest"
 	"github.com/outbox-relay/outbox-relay/internal/rabbitmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testlog"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/rabbitmq"
 )
 
-// runRelay runs a relay delivering db's rows to s until the test ends.
-func runRelay(t testing.TB, db *dbtest.Schema, s sinks.Sink, configure func(*relay.Config)) {
-	t.Helper()
-	startRelay(t, db, s, configure)
-}
-
-// startRelay runs a relay delivering db's rows to s, with test-friendly
-// timings unless configure changes them, until stop is called or the test
-// ends. It returns the relay's metrics.
-func startRelay(t testing.TB, db *dbtest.Schema, s sinks.Sink, configure func(*relay.Config)) (stop func(), metrics *relay.Metrics) {
-	t.Helper()
-	cfg := relay.Config{
+// relayConfig returns the config of a relay delivering db's rows to s,
+// with test-friendly timings.
+func relayConfig(t testing.TB, db *dbtest.Schema, s sinks.Sink) relay.Config {
+	log, _ := testlog.New(t, slog.LevelWarn)
+	return relay.Config{
 		Schema:       db.Name,
 		Sinks:        map[string]sinks.Sink{"rabbitmq": s},
 		PollInterval: 10 * time.Millisecond,
@@ -42,35 +34,9 @@ func startRelay(t testing.TB, db *dbtest.Schema, s sinks.Sink, configure func(*r
 		BackoffMin:   50 * time.Millisecond,
 		BackoffMax:   500 * time.Millisecond,
 		DrainTimeout: 2 * time.Second,
-		Logger:       slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:       log,
 		Metrics:      relay.NewMetrics(),
 	}
-	if configure != nil {
-		configure(&cfg)
-	}
-	r, err := relay.New(db.Pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("relay: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Error("the relay did not stop within 30s")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop, cfg.Metrics
 }
 
 func TestRelay_NothingLostWhileTheBrokerDropsConnections(t *testing.T) {
@@ -81,7 +47,9 @@ func TestRelay_NothingLostWhileTheBrokerDropsConnections(t *testing.T) {
 	s := newSink(t, v, func(c *rabbitmq.Config) { c.ConfirmTimeout = 5 * time.Second })
 	const n = 20000
 	relaytest.InsertRows(t, db, n, "events.orders.created")
-	runRelay(t, db, s, func(c *relay.Config) { c.BatchSize = 200 })
+	cfg := relayConfig(t, db, s)
+	cfg.BatchSize = 200
+	relaytest.Start(t, db.Pool, cfg)
 
 	closes := 0
 	for i := 1; i <= 5; i++ {

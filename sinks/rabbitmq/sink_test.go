@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outbox-relay/outbox-relay/internal/rabbitmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/testlog"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/rabbitmq"
@@ -90,39 +91,6 @@ func received(d amqp.Delivery) sinktest.Received {
 	return sinktest.Received{Topic: d.RoutingKey, Payload: d.Body, Headers: h, IdempotencyKey: d.MessageId}
 }
 
-// logBuffer keeps the sink's log lines for assertions and passes them on
-// to the test's output.
-type logBuffer struct {
-	t     testing.TB
-	mu    sync.Mutex
-	lines []string
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	b.lines = append(b.lines, string(p))
-	b.mu.Unlock()
-	return b.t.Output().Write(p)
-}
-
-func (b *logBuffer) count(s string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for _, l := range b.lines {
-		if strings.Contains(l, s) {
-			n++
-		}
-	}
-	return n
-}
-
-func (b *logBuffer) all() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Join(b.lines, "")
-}
-
 // newSink returns a sink on v, with the changes configure makes to its
 // config, connected, closed at cleanup.
 func newSink(t testing.TB, v *rabbitmqtest.VHost, configure func(*rabbitmq.Config)) *rabbitmq.Sink {
@@ -134,13 +102,13 @@ func newSink(t testing.TB, v *rabbitmqtest.VHost, configure func(*rabbitmq.Confi
 
 // newSinkLogged is newSink with the sink's log, without waiting for it to
 // connect.
-func newSinkLogged(t testing.TB, v *rabbitmqtest.VHost, configure func(*rabbitmq.Config)) (*rabbitmq.Sink, *logBuffer) {
+func newSinkLogged(t testing.TB, v *rabbitmqtest.VHost, configure func(*rabbitmq.Config)) (*rabbitmq.Sink, *testlog.Buffer) {
 	t.Helper()
-	logs := &logBuffer{t: t}
+	log, logs := testlog.New(t, slog.LevelDebug)
 	cfg := rabbitmq.Config{
 		URL:            v.URL,
 		ConfirmTimeout: 5 * time.Second,
-		Logger:         slogTo(logs),
+		Logger:         log,
 	}
 	if configure != nil {
 		configure(&cfg)
@@ -357,7 +325,7 @@ func TestSink_PayloadOverMaxMessageSizeIsPermanent(t *testing.T) {
 			t.Errorf("message %d, of normal size: %v, want delivered or a transient error", i, errs[i])
 		}
 	}
-	if logs.count("max_message_size") == 0 {
+	if len(logs.Lines("max_message_size")) == 0 {
 		t.Error("the refusal was not logged")
 	}
 
@@ -374,8 +342,8 @@ func TestSink_PayloadOverMaxMessageSizeIsPermanent(t *testing.T) {
 	if errs[1] != nil || errs[2] != nil {
 		t.Errorf("messages beside it: %v, %v", errs[1], errs[2])
 	}
-	if logs.count("RabbitMQ closed the channel") != 1 {
-		t.Errorf("the channel was closed %d times, want once: the second large payload must not be sent", logs.count("RabbitMQ closed the channel"))
+	if len(logs.Lines("RabbitMQ closed the channel")) != 1 {
+		t.Errorf("the channel was closed %d times, want once: the second large payload must not be sent", len(logs.Lines("RabbitMQ closed the channel")))
 	}
 }
 
@@ -452,7 +420,7 @@ func TestSink_LimitsAreRefusedBeforePublishing(t *testing.T) {
 			}
 		}
 	}
-	if logs.count("closed the channel") != 0 {
+	if len(logs.Lines("closed the channel")) != 0 {
 		t.Error("the broker closed the channel: a message over a limit was sent")
 	}
 }

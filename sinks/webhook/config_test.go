@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/testlog"
 	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
 	"github.com/outbox-relay/outbox-relay/sinks/webhook"
 )
@@ -92,8 +93,8 @@ func TestSecret_PrintsRedacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := webhook.Config{URL: "https://example.com", Secrets: secrets}
-	var logs syncBuffer
-	slog.New(slog.NewJSONHandler(&logs, nil)).Info("config", "secret", secrets[0], "secrets", secrets)
+	log, logs := testlog.NewJSON(t, slog.LevelInfo)
+	log.Info("config", "secret", secrets[0], "secrets", secrets)
 	key, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
 	for _, s := range []string{
 		fmt.Sprint(secrets[0]), fmt.Sprintf("%v %+v %#v %s %x %q", secrets, cfg, cfg, secrets[0], secrets[0], secrets[0]), logs.String(),

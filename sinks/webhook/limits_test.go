@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/testlog"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
 	"github.com/outbox-relay/outbox-relay/sinks"
@@ -282,11 +283,11 @@ func TestSink_LogsNoPayloadsOrSecrets(t *testing.T) {
 		_, _ = w.Write([]byte("body"))
 		return int(status.Load())
 	})
-	var logs syncBuffer
+	log, logs := testlog.New(t, slog.LevelDebug)
 	url := strings.Replace(e.Server.URL, "http://", "http://alice:pa55word@", 1) + "/hook?token=t0ken"
 	s := newSink(t, e, func(c *webhook.Config) {
 		c.URL = url
-		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.Logger = log
 		c.Concurrency = 1
 	})
 	msgs := sinktest.Messages(t, 3)
@@ -300,7 +301,7 @@ func TestSink_LogsNoPayloadsOrSecrets(t *testing.T) {
 	// And a breaker opening, which logs.
 	dead := newSink(t, e, func(c *webhook.Config) {
 		c.URL = "http://alice:pa55word@127.0.0.1:1/hook?token=t0ken"
-		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.Logger = log
 		c.Concurrency = 1
 	})
 	errs = append(errs, deliver(t, dead, msgs)...)

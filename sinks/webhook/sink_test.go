@@ -1,12 +1,10 @@
 package webhook_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -109,22 +107,4 @@ func message(t testing.TB, headers map[string]string) sinks.Message {
 	m := sinktest.Messages(t, 1)[0]
 	m.Headers = headers
 	return m
-}
-
-// syncBuffer is a log destination safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

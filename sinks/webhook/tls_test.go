@@ -3,7 +3,6 @@ package webhook_test
 import (
 	"crypto/tls"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/testlog"
 	"github.com/outbox-relay/outbox-relay/internal/tlstest"
 	"github.com/outbox-relay/outbox-relay/internal/waitfor"
 	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
@@ -23,25 +23,14 @@ import (
 
 // tlsSink returns a sink posting to e with the TLS files of files, logging
 // to the returned buffer (and to the test's output).
-func tlsSink(t *testing.T, e *webhooktest.Receiver, files webhook.Config) (*webhook.Sink, *syncBuffer) {
+func tlsSink(t *testing.T, e *webhooktest.Receiver, files webhook.Config) (*webhook.Sink, *testlog.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	log, logs := testlog.New(t, slog.LevelInfo)
 	return newSink(t, e, func(c *webhook.Config) {
 		c.TLSCAFile, c.TLSCertFile, c.TLSKeyFile = files.TLSCAFile, files.TLSCertFile, files.TLSKeyFile
 		c.Concurrency = 1
-		c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(logs, t.Output()), nil))
+		c.Logger = log
 	}), logs
-}
-
-// logLines returns the lines of logs at level that contain s.
-func logLines(logs *syncBuffer, level, s string) []string {
-	var out []string
-	for line := range strings.SplitSeq(logs.String(), "\n") {
-		if strings.Contains(line, "level="+level) && strings.Contains(line, s) {
-			out = append(out, line)
-		}
-	}
-	return out
 }
 
 func TestSink_TLSWithAPrivateCA(t *testing.T) {
@@ -62,7 +51,7 @@ func TestSink_TLSWithAPrivateCA(t *testing.T) {
 		if n := len(e.Accepted()); n != 3 {
 			t.Errorf("the endpoint accepted %d messages, want 3", n)
 		}
-		if got := logLines(logs, "ERROR", ""); len(got) != 0 {
+		if got := logs.Lines("level=ERROR"); len(got) != 0 {
 			t.Errorf("errors logged: %q", got)
 		}
 	})
@@ -106,7 +95,7 @@ func TestSink_TLSWithAPrivateCA(t *testing.T) {
 // after its pause: every message fails as transient (never permanent: a
 // certificate that does not verify is no reason to dead-letter a row), the
 // breaker's pause names the TLS error, and the error is logged once.
-func assertTLSFailure(t *testing.T, s *webhook.Sink, logs *syncBuffer, reason string) {
+func assertTLSFailure(t *testing.T, s *webhook.Sink, logs *testlog.Buffer, reason string) {
 	t.Helper()
 	errs := deliver(t, s, sinktest.Messages(t, 8))
 	for i, err := range errs {
@@ -128,7 +117,7 @@ func assertTLSFailure(t *testing.T, s *webhook.Sink, logs *syncBuffer, reason st
 	if err := deliverOne(t, s, message(t, nil)); err == nil || sinks.IsPermanent(err) || !strings.Contains(err.Error(), reason) {
 		t.Errorf("after the pause: %v, want the same transient failure", err)
 	}
-	if got := logLines(logs, "ERROR", reason); len(got) != 1 {
+	if got := logs.Lines("level=ERROR", reason); len(got) != 1 {
 		t.Errorf("%d error lines with %q after 6 failed handshakes, want 1:\n%s", len(got), reason, logs)
 	}
 }
@@ -162,10 +151,10 @@ func TestSink_TLSRecoveryIsLogged(t *testing.T) {
 	if err := deliverOne(t, s, message(t, nil)); err != nil {
 		t.Fatalf("once the endpoint accepts the handshake: %v", err)
 	}
-	if got := logLines(logs, "ERROR", "certificate required"); len(got) != 1 {
+	if got := logs.Lines("level=ERROR", "certificate required"); len(got) != 1 {
 		t.Errorf("error lines: %q, want 1", got)
 	}
-	if got := logLines(logs, "INFO", "certificate required"); len(got) != 1 || !strings.Contains(got[0], "succeed again") {
+	if got := logs.Lines("level=INFO", "certificate required"); len(got) != 1 || !strings.Contains(got[0], "succeed again") {
 		t.Errorf("info lines: %q, want the recovery, naming the failure it ends", got)
 	}
 }

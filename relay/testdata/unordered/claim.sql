@@ -22,10 +22,10 @@ WITH due AS MATERIALIZED (
            leased_by = @relay_id,
            leased_until = now() + @lease::interval
      WHERE m.id = ANY (ARRAY(SELECT id FROM fits))
- RETURNING m.id, CASE WHEN octet_length(m.topic) <= 255 THEN m.topic END, CASE WHEN octet_length(m.payload) <= @payload_max::bigint THEN m.payload END, CASE WHEN octet_length(m.key) <= 4000 THEN m.key END,
+ RETURNING m.id, CASE WHEN octet_length(m.topic) <= 255 THEN m.topic END AS topic, CASE WHEN octet_length(m.payload) <= @payload_max::bigint THEN m.payload END AS payload, CASE WHEN octet_length(m.key) <= 4000 THEN m.key END AS key,
            CASE WHEN pg_column_size(m.headers) <= 256 THEN m.headers
-                WHEN octet_length(m.headers::text) <= 16384 THEN m.headers END,
-           CASE WHEN octet_length(m.idempotency_key) <= 800 THEN m.idempotency_key END, CASE WHEN octet_length(m.destination) <= 255 THEN m.destination END,
+                WHEN octet_length(m.headers::text) <= 16384 THEN m.headers END AS headers,
+           CASE WHEN octet_length(m.idempotency_key) <= 800 THEN m.idempotency_key END AS idempotency_key, CASE WHEN octet_length(m.destination) <= 255 THEN m.destination END AS destination,
            m.created_at, m.attempts, m.claim_seq,
            m.id = ANY (ARRAY(SELECT id FROM fits WHERE leased_by IS NOT NULL)) AS rescued,
            CASE WHEN m.dedup
@@ -41,4 +41,4 @@ WITH due AS MATERIALIZED (
                      THEN CASE WHEN octet_length(m.headers::text) > 16384 THEN 'headers ' || octet_length(m.headers::text) END
            END AS too_large
 )
-SELECT *, NULL::text FROM leased
+SELECT *, NULL::text AS held_key FROM leased

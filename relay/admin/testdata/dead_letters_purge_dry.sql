@@ -1,0 +1,12 @@
+SELECT count(*) AS purged FROM (SELECT d.id
+  FROM "outbox".dead_letters AS d
+ WHERE (@ids::bigint[] IS NULL OR d.id = ANY (@ids))
+   AND (@topic::text IS NULL OR d.topic = @topic)
+   AND (@topic_pattern::text IS NULL OR d.topic LIKE @topic_pattern)
+   AND (@key::text IS NULL OR d.key = @key)
+   AND (@reason::text IS NULL OR d.reason = @reason)
+   AND (@error_pattern::text IS NULL OR d.error ILIKE @error_pattern)
+   AND (@since::timestamptz IS NULL OR d.failed_at >= @since)
+   AND (@destination::text IS NULL OR d.destination = @destination OR (@destination = '(default)' AND d.destination IS NULL))
+ ORDER BY d.failed_at, d.id
+ LIMIT @limit) AS picked

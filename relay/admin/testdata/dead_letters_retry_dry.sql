@@ -1,0 +1,27 @@
+WITH picked AS (
+    SELECT d.id, d.idempotency_key
+  FROM "outbox".dead_letters AS d
+ WHERE (@ids::bigint[] IS NULL OR d.id = ANY (@ids))
+   AND (@topic::text IS NULL OR d.topic = @topic)
+   AND (@topic_pattern::text IS NULL OR d.topic LIKE @topic_pattern)
+   AND (@key::text IS NULL OR d.key = @key)
+   AND (@reason::text IS NULL OR d.reason = @reason)
+   AND (@error_pattern::text IS NULL OR d.error ILIKE @error_pattern)
+   AND (@since::timestamptz IS NULL OR d.failed_at >= @since)
+   AND (@destination::text IS NULL OR d.destination = @destination OR (@destination = '(default)' AND d.destination IS NULL))
+ ORDER BY d.failed_at, d.id
+ LIMIT @limit
+), judged AS (
+    SELECT p.id, p.idempotency_key,
+           CASE
+               WHEN EXISTS (SELECT 1 FROM "outbox".delivered_keys AS k WHERE k.idempotency_key = p.idempotency_key) THEN 'delivered'
+               WHEN EXISTS (SELECT 1 FROM "outbox".messages AS m WHERE m.idempotency_key = p.idempotency_key) THEN 'pending'
+               WHEN row_number() OVER (PARTITION BY p.idempotency_key ORDER BY p.id DESC) > 1 THEN 'pending'
+               ELSE 'retry'
+           END AS verdict
+      FROM picked AS p
+)
+SELECT count(*) AS matched,
+       count(*) FILTER (WHERE verdict = 'retry') AS retried,
+       coalesce(array_agg(id ORDER BY id) FILTER (WHERE verdict = 'delivered'), '{}') AS delivered_ids
+  FROM judged

@@ -1,0 +1,9 @@
+UPDATE "outbox".messages AS m
+   SET waiting = false, available_at = greatest(m.available_at, clock_timestamp())
+ WHERE m.id = ANY (ARRAY(
+       SELECT (SELECT q.id FROM "outbox".messages AS q
+                WHERE q.waiting AND q.key IS NOT NULL
+                  AND (q.key, q.id) >= (k.key, -9223372036854775808) AND (q.key, q.id) <= (k.key, 9223372036854775807)
+                ORDER BY q.key, q.id LIMIT 1)
+         FROM unnest(@keys::text[]) AS k(key)))
+   AND coalesce(m.waiting, false)

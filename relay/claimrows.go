@@ -1,0 +1,465 @@
+package relay
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/internal/floor"
+	"github.com/outbox-relay/outbox-relay/sinks"
+)
+
+// The claim statements' side of the relay: what a claim takes and returns,
+// and the claim runner that runs a mode's claim statement and reads its
+// rows. The loop that calls the claims is claimloop.go.
+
+// claimedRow is a row this relay leased, with what the claim learned about it.
+type claimedRow struct {
+	sinks.Message
+	// sink is where the row goes: its destination, or the default sink.
+	sink string
+	// duplicate is set when the row's idempotency key was already delivered.
+	duplicate bool
+	// seq is the row's claim_seq after this claim: its settle must find it.
+	seq int32
+	// rescued is set when the row's previous lease expired unsettled.
+	rescued bool
+	// unreadable, when set, says why the relay could not read the row: it
+	// is dead-lettered without being sent.
+	unreadable string
+	// bucket is the row's bucket (0 where rows are not claimed by bucket),
+	// and epoch the epoch under which this relay owned it when it claimed
+	// the row: the settle's fence.
+	bucket int32
+	epoch  int64
+	// keyed is set when the row has a key, the empty one included (Key is
+	// "" for a row without one too).
+	keyed bool
+}
+
+// tag returns c's claimTag.
+func (c *claimedRow) tag() claimTag {
+	return claimTag{seq: c.seq, bucket: c.bucket, epoch: c.epoch, keyed: c.keyed}
+}
+
+// heldKey is a key a claim reports without claiming its rows: a key whose
+// older row is elsewhere (in flight, backing off) until about until
+// (queryBucketsClaim).
+type heldKey struct {
+	key   string
+	until time.Time
+}
+
+// claimShutdownGrace is how long a claim under way may go on once shutdown
+// begins.
+const claimShutdownGrace = time.Second
+
+// claimer is one claim loop: the claim it makes and what wakes it early
+// from a pause. A mode says which loops run (mode.claimers).
+type claimer struct {
+	// what names the rows it claims, for logs.
+	what  string
+	claim func(ctx context.Context, req claimRequest) ([]claimedRow, error)
+	// wake, when set, ends a pause at once: a settle made rows claimable.
+	wake <-chan struct{}
+	// batch, when set, is the most rows per claim; else BatchSize.
+	batch int
+	// eagerPause, when set, is how long an empty claim waits, rather than
+	// PollInterval, while the loop found rows within the last PollInterval.
+	eagerPause func() time.Duration
+	// follower marks a second loop of the same claim, there for speed:
+	// while the relay backs off idle claims (IdlePollInterval), it waits
+	// for another loop to find rows rather than poll too.
+	follower bool
+}
+
+// claimRequest is what one claim may take.
+type claimRequest struct {
+	// limit is the most rows.
+	limit int
+	// bytes is the most payload bytes, but for one row larger than that
+	// when oversized (the relay holds no payload at all).
+	bytes     int64
+	oversized bool
+	// closed are the sinks whose rows must not be claimed now.
+	closed []string
+}
+
+// claimRunner runs claim statements (a mode renders them) and reads the
+// rows they lease: every mode claims through one.
+type claimRunner struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	metrics *Metrics
+	// plan and stats are queryClaimPlan and queryClaimStats, rendered.
+	plan, stats string
+	floor       *floor.State
+	sampler     claimSampler
+}
+
+// newClaimRunner returns the claim runner of a relay on schema cfg.Schema.
+func newClaimRunner(cfg Config, pool *pgxpool.Pool, log *slog.Logger) *claimRunner {
+	return &claimRunner{cfg: cfg, pool: pool, log: log, metrics: cfg.Metrics,
+		plan: render(queryClaimPlan, cfg.Schema, nil), stats: render(queryClaimStats, cfg.Schema, nil)}
+}
+
+// claimFunc returns a claim that runs stmt, a rendering of
+// queryMessagesClaim: it leases up to the request's limit of due rows
+// whose sink is not closed, within its byte budget, and returns them in
+// insert order.
+func (cr *claimRunner) claimFunc(stmt string) func(ctx context.Context, req claimRequest) ([]claimedRow, error) {
+	return func(ctx context.Context, req claimRequest) ([]claimedRow, error) {
+		batch, _, err := cr.runClaim(ctx, stmt, cr.claimArgs(req), req, "claim batch")
+		return batch, err
+	}
+}
+
+// claimArgs returns the arguments every claim statement takes, for req.
+func (cr *claimRunner) claimArgs(req claimRequest) pgx.StrictNamedArgs {
+	return pgx.StrictNamedArgs{
+		"relay_id":     cr.cfg.ID,
+		"default_sink": cr.cfg.DefaultSink,
+		"closed_sinks": req.closed,
+		"limit":        req.limit,
+		"lease":        cr.cfg.Lease,
+		"byte_budget":  req.bytes,
+		"oversized":    req.oversized,
+		"payload_max":  cr.cfg.payloadMax(),
+		"floor":        cr.floor.Current(),
+	}
+}
+
+// runClaim runs the claim statement stmt with args for req and returns
+// the runClaim it leased (read) and the keys it reports without
+// claiming their runClaim, and records the claim (observe). Every claim
+// walks its index in order (inIndexOrder); one every claimSampleEvery
+// is measured as well (measured). Every error is reported once as
+// what failed.
+func (cr *claimRunner) runClaim(ctx context.Context, stmt string, args pgx.StrictNamedArgs, req claimRequest, what string) ([]claimedRow, []heldKey, error) {
+	start := time.Now()
+	var batch []claimedRow
+	var held []heldKey
+	var err error
+	if cr.sampler.measureNow(start) {
+		batch, held, err = cr.runMeasured(ctx, stmt, args, req)
+	} else {
+		batch, held, err = cr.inIndexOrder(ctx, stmt, args, req.limit)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	cr.observeClaim(start, batch)
+	return batch, held, nil
+}
+
+// inIndexOrder runs the claim statement stmt in a transaction whose
+// planner walks the indexes in order (queryClaimPlan), in one round trip
+// (inPipeline), READ COMMITTED whatever the database's default: a claim's
+// locks take the latest version of a row another transaction changed. The
+// rows are returned only once the transaction committed: until then their
+// leases are not taken.
+//
+// Every claim runs so, polls of an idle table too: the claim is a prepared
+// statement of the connection, parsed once and planned for each
+// execution's arguments (the claim plan's plan_cache_mode), where a
+// statement run alone (planPerExecution) is parsed, analyzed and planned
+// at every execution. Counted with callgrind on PostgreSQL 15 (make
+// bench-instructions; the unordered claim, parse to commit): a poll of an
+// empty table 1.40 million instructions alone, 0.53 million so; a claim of
+// 10 rows past 20 leased ones 2.48 million alone, 1.65 million so
+// (docs/benchmarks.md, "The claim and the settle, counted").
+func (cr *claimRunner) inIndexOrder(ctx context.Context, stmt string, args pgx.StrictNamedArgs, limit int) (batch []claimedRow, held []heldKey, err error) {
+	err = inPipeline(ctx, cr.pool, "BEGIN ISOLATION LEVEL READ COMMITTED", []pipelined{{sql: cr.plan}, {sql: stmt, args: args}}, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		batch, held, err = cr.readClaimed(rows, limit)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return batch, held, nil
+}
+
+// claimColumns are the positions of a claim statement's columns, found by
+// name (leaseRowsAlso's RETURNING, then held_key). A row whose id is NULL
+// reports a key whose rows were not claimed (a key held back,
+// queryBucketsClaim): held_key is the key, created_at, when set, when to
+// look at it again.
+type claimColumns struct {
+	n                                                int
+	id, topic, payload, key, headers, idempotencyKey int
+	destination, createdAt, attempts, claimSeq       int
+	rescued, duplicate, bucket, tooLarge, heldKey    int
+}
+
+// claimColumnsOf finds the claim's columns in fields.
+func claimColumnsOf(fields []pgconn.FieldDescription) (claimColumns, error) {
+	at := make(map[string]int, len(fields))
+	for i, f := range fields {
+		at[f.Name] = i
+	}
+	c := claimColumns{n: len(fields)}
+	for _, col := range []struct {
+		name string
+		to   *int
+	}{
+		{"id", &c.id}, {"topic", &c.topic}, {"payload", &c.payload}, {"key", &c.key}, {"headers", &c.headers},
+		{"idempotency_key", &c.idempotencyKey}, {"destination", &c.destination}, {"created_at", &c.createdAt},
+		{"attempts", &c.attempts}, {"claim_seq", &c.claimSeq}, {"rescued", &c.rescued}, {"duplicate", &c.duplicate},
+		{"bucket", &c.bucket}, {"too_large", &c.tooLarge}, {"held_key", &c.heldKey},
+	} {
+		i, ok := at[col.name]
+		if !ok {
+			return c, fmt.Errorf("the claim statement returns no column %s", col.name)
+		}
+		*col.to = i
+	}
+	return c, nil
+}
+
+// readClaimed reads the rows of a claim statement, by column name
+// (claimColumns): the rows it leased, and the keys it held back.
+func (cr *claimRunner) readClaimed(rows pgx.Rows, limit int) (batch []claimedRow, held []heldKey, err error) {
+	defer rows.Close()
+	cols, err := claimColumnsOf(rows.FieldDescriptions())
+	if err != nil {
+		return nil, nil, err
+	}
+	batch = make([]claimedRow, 0, limit)
+	dest := make([]any, cols.n)
+	for rows.Next() {
+		if raw := rows.RawValues(); raw[cols.id] == nil {
+			h := heldKey{key: string(raw[cols.heldKey])}
+			if raw[cols.createdAt] != nil {
+				var until pgtype.Timestamptz
+				only := make([]any, cols.n)
+				only[cols.createdAt] = &until
+				if err := rows.Scan(only...); err == nil {
+					h.until = finite(until)
+				}
+			}
+			held = append(held, h)
+			continue
+		}
+		var (
+			c                               claimedRow
+			key, destination, heldKey       *string
+			topic, idempotencyKey, tooLarge *string
+			headers                         []byte
+			createdAt                       pgtype.Timestamptz
+		)
+		dest[cols.id], dest[cols.topic], dest[cols.payload], dest[cols.key] = &c.ID, &topic, &c.Payload, &key
+		dest[cols.headers], dest[cols.idempotencyKey], dest[cols.destination] = &headers, &idempotencyKey, &destination
+		dest[cols.createdAt], dest[cols.attempts], dest[cols.claimSeq] = &createdAt, &c.Attempt, &c.seq
+		dest[cols.rescued], dest[cols.duplicate], dest[cols.bucket] = &c.rescued, &c.duplicate, &c.bucket
+		dest[cols.tooLarge], dest[cols.heldKey] = &tooLarge, &heldKey
+		err := rows.Scan(dest...)
+		if err == nil && tooLarge == nil {
+			c.Topic, c.IdempotencyKey = deref(topic), deref(idempotencyKey)
+			c.Headers, err = parseHeaders(headers)
+		}
+		switch {
+		case err == nil && tooLarge != nil:
+			// A part larger than the relay reads: the claim left it
+			// unread, and the row goes to the dead letters alone.
+			// The parts within their limits were read (a key keeps its
+			// order's bookkeeping).
+			c.unreadable = tooLargeReason(cr.cfg, *tooLarge)
+			c.Topic, c.IdempotencyKey = deref(topic), deref(idempotencyKey)
+		case err != nil:
+			// One row the relay cannot read must not stop the others: it
+			// is dead-lettered with the reason, the batch goes on.
+			if !readIDAndSeq(rows, cols, &c) {
+				return nil, nil, fmt.Errorf("read row: %w", err)
+			}
+			c.unreadable = "the relay cannot read this row: " + err.Error()
+		}
+		c.CreatedAt = finite(createdAt)
+		if key != nil {
+			c.Key, c.keyed = *key, true
+		}
+		c.sink = cr.cfg.DefaultSink
+		if destination != nil {
+			c.Destination = *destination
+			c.sink = *destination
+			if _, ok := cr.cfg.Sinks[c.sink]; !ok {
+				c.sink = unknownSink
+			}
+		}
+		batch = append(batch, c)
+	}
+	if err := rows.Err(); err != nil {
+		// The claim may have committed before the connection failed; rows
+		// leased then come back when the lease expires.
+		return nil, nil, err
+	}
+	slices.SortFunc(batch, func(a, b claimedRow) int { return cmp.Compare(a.ID, b.ID) })
+	return batch, held, nil
+}
+
+// tooLargeReason says why a row whose part too_large names ("topic 4100":
+// the part and its size in bytes) was not read, naming the limit.
+func tooLargeReason(cfg Config, tooLarge string) string {
+	part, size, _ := strings.Cut(tooLarge, " ")
+	n, _ := strconv.ParseInt(size, 10, 64)
+	e := &sinks.LimitError{What: part, Size: n, Limit: "the relay's limit on a row's " + part, Max: rowPartLimit(part)}
+	if part == "payload" {
+		e.Limit, e.Max = "RELAY_MAX_IN_FLIGHT_BYTES", cfg.MaxInFlightBytes
+		if cfg.payloadMax() < cfg.MaxInFlightBytes {
+			e.Limit, e.Max = "RELAY_MAX_PAYLOAD_BYTES", cfg.MaxPayloadBytes
+		}
+	}
+	return "the relay does not read this row: " + e.Error()
+}
+
+// payloadMax is the most payload bytes a claim reads of a row: the
+// in-flight byte budget, or RELAY_MAX_PAYLOAD_BYTES when lower.
+func (c Config) payloadMax() int64 {
+	if m := c.MaxPayloadBytes; m > 0 && m < c.MaxInFlightBytes {
+		return m
+	}
+	return c.MaxInFlightBytes
+}
+
+// rowPartLimit returns the most bytes a claim reads of a row's part other
+// than its payload (outbox/limits.go).
+func rowPartLimit(part string) int64 {
+	switch part {
+	case "topic":
+		return outbox.TopicBytesMax
+	case "key":
+		return outbox.KeyBytesMax
+	case "idempotency_key":
+		return outbox.IdempotencyKeyBytesMax
+	case "destination":
+		return outbox.DestinationBytesMax
+	default:
+		return outbox.HeadersBytesMax
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// readIDAndSeq reads the id and claim_seq of the current row alone, for a
+// row whose other columns could not be read.
+func readIDAndSeq(rows pgx.Rows, cols claimColumns, c *claimedRow) bool {
+	raw, fields := rows.RawValues(), rows.FieldDescriptions()
+	m := rows.Conn().TypeMap()
+	id, seq := cols.id, cols.claimSeq
+	return m.Scan(fields[id].DataTypeOID, fields[id].Format, raw[id], &c.ID) == nil &&
+		m.Scan(fields[seq].DataTypeOID, fields[seq].Format, raw[seq], &c.seq) == nil
+}
+
+// finite returns t as a time.Time, or now for an infinite or NULL time (a
+// producer's created_at when the insert guard was skipped).
+func finite(t pgtype.Timestamptz) time.Time {
+	if !t.Valid || t.InfinityModifier != pgtype.Finite {
+		return time.Now()
+	}
+	return t.Time
+}
+
+// observeClaim records a claim's duration, size and rescued rows.
+func (cr *claimRunner) observeClaim(start time.Time, batch []claimedRow) {
+	cr.metrics.ClaimDuration.Observe(time.Since(start).Seconds())
+	cr.metrics.ClaimRows.Observe(float64(len(batch)))
+	rescued := 0
+	for i := range batch {
+		if batch[i].rescued {
+			rescued++
+		}
+	}
+	if rescued > 0 {
+		cr.metrics.LeaseRescues.Add(float64(rescued))
+		cr.log.Warn("claimed rows whose lease had expired; another relay (or this one) stopped before settling them",
+			"num_rescued", rescued)
+	}
+}
+
+// claimSampleEvery is how often one claim is measured: run in a
+// transaction between two readings of the transaction's statistics of the
+// hot table and its indexes (queryClaimStats), whose differences are the
+// index entries the claim read, dead ones included, and the buffers it
+// touched (outbox_relay_claim_index_entries, outbox_relay_claim_buffers).
+// The other claims run in a pipeline of their own (inIndexOrder).
+const claimSampleEvery = 10 * time.Second
+
+// claimSampler says when the next claim is measured.
+type claimSampler struct {
+	mu   sync.Mutex
+	next time.Time
+}
+
+// measureNow reports whether the claim about to run at now is measured.
+func (s *claimSampler) measureNow(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.Before(s.next) {
+		return false
+	}
+	s.next = now.Add(claimSampleEvery)
+	return true
+}
+
+// claimStats is one reading of queryClaimStats.
+type claimStats struct{ entries, buffers int64 }
+
+// runMeasured runs the claim statement stmt as rows does, in a
+// transaction that reads the statistics before and after it, and records
+// the difference. READ COMMITTED whatever the database's default, as
+// every claim (inIndexOrder). Rows are returned only once the
+// transaction committed: until then their leases are not taken.
+func (cr *claimRunner) runMeasured(ctx context.Context, stmt string, args pgx.StrictNamedArgs, req claimRequest) (batch []claimedRow, held []heldKey, err error) {
+	tx, err := cr.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, cr.plan); err != nil {
+		return nil, nil, fmt.Errorf("set the claim's plan: %w", err)
+	}
+	var before, after claimStats
+	if err := tx.QueryRow(ctx, cr.stats).Scan(&before.entries, &before.buffers); err != nil {
+		return nil, nil, fmt.Errorf("read claim statistics: %w", err)
+	}
+	rows, err := tx.Query(ctx, stmt, planPerExecution, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	if batch, held, err = cr.readClaimed(rows, req.limit); err != nil {
+		return nil, nil, err
+	}
+	if err := tx.QueryRow(ctx, cr.stats).Scan(&after.entries, &after.buffers); err != nil {
+		return nil, nil, fmt.Errorf("read claim statistics: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, nil, err
+	}
+	cr.metrics.ClaimIndexEntries.Observe(float64(after.entries - before.entries))
+	cr.metrics.ClaimBuffers.Observe(float64(after.buffers - before.buffers))
+	return batch, held, nil
+}

@@ -1,0 +1,193 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/sinks"
+)
+
+// sinkDelivery is one sink's share of a claimed batch on its way: the messages
+// and the tags of the claims that leased them, the sink, the deadline
+// (before the lease ends), the observers of its sends, and where its
+// outcomes go. A mode sends it all at once (all) or in waves (each, with
+// an observer of its own in also).
+type sinkDelivery struct {
+	cfg      *Config
+	name     string
+	sink     sinks.Sink
+	msgs     []sinks.Message
+	tags     []claimTag
+	deadline time.Time
+	// observers make the observers of each send (observe.go), the last of
+	// which passes the outcomes to settle; also are observers the mode
+	// adds, which learn every outcome, releases included, by message
+	// index.
+	observers *sinkObservers
+	also      []observer
+	settle    chan<- []rowOutcome
+}
+
+// sendAll sends every message of d as one delivery.
+func (d *sinkDelivery) sendAll(ctx context.Context) {
+	pending := make([]int, len(d.msgs))
+	for i := range pending {
+		pending[i] = i
+	}
+	d.sendEach(ctx, pending)
+}
+
+// sendEach sends the messages at indexes pending as one delivery and passes
+// every outcome to the settlers. Messages the sink did not attempt are sent
+// again once it is available, while the deadline allows, and released
+// otherwise.
+func (d *sinkDelivery) sendEach(ctx context.Context, pending []int) {
+	for {
+		dctx, cancel := context.WithDeadline(ctx, d.deadline)
+		notAttempted := d.sendPending(dctx, ctx, pending)
+		cancel()
+		if len(notAttempted) == 0 {
+			return
+		}
+		if ctx.Err() != nil || !d.waitAvailable(ctx) {
+			d.releaseRows(notAttempted, releaseDelay(ctx, d.cfg))
+			return
+		}
+		pending = notAttempted
+	}
+}
+
+// releaseRows gives the messages at indexes back without a delivery (their
+// attempt does not count): due again after delay.
+func (d *sinkDelivery) releaseRows(indexes []int, delay time.Duration) {
+	if len(indexes) == 0 {
+		return
+	}
+	out := make([]rowOutcome, 0, len(indexes))
+	for _, i := range indexes {
+		o := newOutcome(&d.msgs[i], d.tags[i], d.name)
+		o.kind, o.delay = kindRelease, delay
+		out = append(out, o)
+		for _, ob := range d.also {
+			ob.observe(&sent{i: i, msg: &d.msgs[i], outcome: o})
+		}
+	}
+	d.settle <- out
+}
+
+// sendPending delivers the messages at indexes pending through the sink, within
+// dctx, and tells the sendPending's observers each outcome as the sink reports it
+// (the last of them passes it to the settlers), except those the sink did
+// not attempt while ctx, the relay's, has not ended, whose indexes it
+// returns.
+func (d *sinkDelivery) sendPending(dctx, ctx context.Context, pending []int) (notAttempted []int) {
+	sub := make([]sinks.Message, len(pending))
+	for j, i := range pending {
+		sub[j] = d.msgs[i]
+	}
+	start := time.Now()
+	observers, group := d.observers.begin(ctx, sub, start)
+	observers = append(observers, d.also...)
+	observers = append(observers, group)
+
+	var mu sync.Mutex
+	reported := 0
+	report := func(j int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reported++
+		i := pending[j]
+		s := &sent{i: i, j: j, msg: &d.msgs[i], err: err, at: time.Now()}
+		if errors.Is(err, sinks.ErrNotAttempted) && ctx.Err() == nil {
+			notAttempted = append(notAttempted, i)
+			s.notAttempted = true
+		} else {
+			s.outcome = outcomeOf(d.cfg, &d.msgs[i], d.tags[i], d.name, err, ctx.Err() != nil)
+		}
+		for _, ob := range observers {
+			ob.observe(s)
+		}
+	}
+	if s, ok := d.sink.(sinks.Streamer); ok {
+		stop := make(chan struct{})
+		go func() {
+			t := time.NewTicker(settleEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					mu.Lock()
+					group.flush()
+					mu.Unlock()
+				}
+			}
+		}()
+		s.DeliverStream(dctx, sub, report)
+		close(stop)
+	} else {
+		errs := d.sink.Deliver(dctx, sub)
+		if len(errs) != len(sub) {
+			err := fmt.Errorf("sink %s returned %d outcomes for %d messages", d.name, len(errs), len(sub))
+			errs = sinks.Fill(make([]error, len(sub)), err)
+		}
+		for j, err := range errs {
+			report(j, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if reported != len(sub) {
+		// A streaming sink that broke its contract: the rest come back
+		// when their leases expire.
+		d.observers.log.Error("sink reported fewer outcomes than messages", "sink", d.name, "num_reported", reported, "num_messages", len(sub))
+	}
+	for _, ob := range observers {
+		ob.done()
+	}
+	return notAttempted
+}
+
+// notAttemptedRetryMin is the least time left before the deadline for
+// which the relay waits for a sink to be available again rather than
+// releasing the rows it did not attempt.
+const notAttemptedRetryMin = 2 * time.Second
+
+// waitAvailable waits, when the sink did not attempt messages because it is
+// unavailable (paused, disconnected), until it is available again, polling,
+// and reports whether it is, with time enough before the deadline to send.
+// A sink that did not attempt messages while available (out of time before
+// its deadline) is not asked again.
+func (d *sinkDelivery) waitAvailable(ctx context.Context) bool {
+	a, ok := d.sink.(sinks.Availability)
+	if !ok || a.Available() == nil {
+		return false
+	}
+	for {
+		if time.Until(d.deadline) < notAttemptedRetryMin {
+			return false
+		}
+		if a.Available() == nil {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(min(d.cfg.PollInterval, 50*time.Millisecond)):
+		}
+	}
+}
+
+// releaseDelay is how long a released row waits: none at shutdown (another
+// relay may take it at once), else BackoffMin, so that a sink that keeps
+// refusing does not turn claims into a busy loop.
+func releaseDelay(ctx context.Context, cfg *Config) time.Duration {
+	if ctx.Err() != nil {
+		return 0
+	}
+	return cfg.BackoffMin
+}

@@ -1,0 +1,60 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/relay/internal/floor"
+	"github.com/outbox-relay/outbox-relay/relay/internal/liveness"
+)
+
+// engine is what a mode works with: the relay's configuration, its
+// database, log and metrics, the claim runner that runs the mode's claim
+// statements, the claim floor every claim is bounded by, the liveness
+// monitor of the loops the mode runs, and the heartbeat the bucket owner
+// records in its rounds. Modes receive it, never the *Relay.
+type engine struct {
+	cfg     *Config
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	metrics *Metrics
+	claims  *claimRunner
+	floor   *floor.State
+	live    *liveness.Monitor
+	// heartbeat records, through db, that the relay is alive (registry).
+	heartbeat func(ctx context.Context, db queryRower) error
+	// backlog is queryMessagesBacklog, rendered (countDueRows).
+	backlog string
+}
+
+// idFloorArgs adds to args what ofKey's lookups take: the id floor, the
+// transactions it passed and the smallest row ids they may hold (idFloor),
+// and returns args.
+func (e *engine) idFloorArgs(args pgx.StrictNamedArgs) pgx.StrictNamedArgs {
+	args["id_floor"], args["passed_writers"], args["passed_ids"] = e.floor.IDs()
+	return args
+}
+
+// countDueRows counts the due rows per sink (queryMessagesBacklog) with
+// add, for the modes where every due row may be claimed.
+func (e *engine) countDueRows(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) error {
+	rows, err := e.pool.Query(ctx, e.backlog, planPerExecution, pgx.StrictNamedArgs{"default_sink": e.cfg.DefaultSink, "cap": gaugeCountCap, "floor": e.floor.Current()})
+	if err != nil {
+		return fmt.Errorf("query backlog: %w", err)
+	}
+	var sink string
+	var due int64
+	_, err = pgx.ForEachRow(rows, []any{&sink, &due}, func() error {
+		add(sink, due, nil)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("query backlog: %w", err)
+	}
+	return nil
+}
