@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/relay/internal/floor"
+	"github.com/outbox-relay/outbox-relay/relay/internal/listener"
 	"github.com/outbox-relay/outbox-relay/relay/internal/liveness"
 )
 
@@ -30,8 +31,8 @@ type claimLoops struct {
 	// (Config.Notify; notify.go), through listener, the database's
 	// listener (nil without Notify). found wakes the follower loops when a
 	// loop found rows.
-	notified *broadcast
-	found    *broadcast
+	notified *listener.Broadcast
+	found    *listener.Broadcast
 	listener *Listener
 	// idlePause is the loops' current pause after an empty claim (run),
 	// which paces the floor's refreshes while idle.
@@ -55,7 +56,7 @@ func (l *claimLoops) run(ctx context.Context, deliverCtx context.Context, c clai
 		live.Beat()
 		// Taken before the claim: a notification, or rows found by another
 		// loop, during the claim ends the pause after it.
-		notified, found := l.notified.waitChan(), l.found.waitChan()
+		notified, found := l.notified.Wait(), l.found.Wait()
 		closed, open := l.watches.states()
 		bytes, oversized := l.inflight.takeBytes(l.loops)
 		limit, want, atLeast := 0, cmp.Or(c.batch, l.cfg.BatchSize), 1
@@ -138,7 +139,7 @@ func (l *claimLoops) run(ctx context.Context, deliverCtx context.Context, c clai
 		if len(batch) > 0 {
 			lastRows = time.Now()
 			l.floor.Found()
-			l.found.wake()
+			l.found.Wake()
 			idle = l.cfg.PollInterval
 			l.idlePause.Store(int64(idle))
 		}
@@ -173,7 +174,7 @@ func (l *claimLoops) run(ctx context.Context, deliverCtx context.Context, c clai
 // loops at once. Without backoff (IdlePollInterval = PollInterval) it
 // stays PollInterval.
 func (l *claimLoops) idlePollCap() time.Duration {
-	if l.cfg.IdlePollInterval > l.cfg.PollInterval && l.listener != nil && l.listener.listening() {
+	if l.cfg.IdlePollInterval > l.cfg.PollInterval && l.listener != nil && l.listener.Listening() {
 		return 10 * l.cfg.IdlePollInterval
 	}
 	return l.cfg.IdlePollInterval

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/internal/floor"
+	"github.com/outbox-relay/outbox-relay/relay/internal/sampler"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
@@ -104,16 +104,22 @@ type claimRunner struct {
 	pool    *pgxpool.Pool
 	log     *slog.Logger
 	metrics *Metrics
-	// plan and stats are queryClaimPlan and queryClaimStats, rendered.
-	plan, stats string
-	floor       *floor.State
-	sampler     claimSampler
+	// plan is queryClaimPlan, rendered; sampler measures a claim every so
+	// often.
+	plan    string
+	floor   *floor.State
+	sampler *sampler.Sampler
 }
 
 // newClaimRunner returns the claim runner of a relay on schema cfg.Schema.
 func newClaimRunner(cfg Config, pool *pgxpool.Pool, log *slog.Logger) *claimRunner {
-	return &claimRunner{cfg: cfg, pool: pool, log: log, metrics: cfg.Metrics,
-		plan: render(queryClaimPlan, cfg.Schema, nil), stats: render(queryClaimStats, cfg.Schema, nil)}
+	return &claimRunner{cfg: cfg, pool: pool, log: log, metrics: cfg.Metrics, plan: render(queryClaimPlan, cfg.Schema, nil),
+		sampler: sampler.New(sampler.Config{QuotedSchema: outbox.QuoteSchema(cfg.Schema), Hooks: sampler.Hooks{
+			Measured: func(entries, buffers int64) {
+				cfg.Metrics.ClaimIndexEntries.Observe(float64(entries))
+				cfg.Metrics.ClaimBuffers.Observe(float64(buffers))
+			},
+		}})}
 }
 
 // claimFunc returns a claim that runs stmt, a rendering of
@@ -145,7 +151,7 @@ func (cr *claimRunner) claimArgs(req claimRequest) pgx.StrictNamedArgs {
 // runClaim runs the claim statement stmt with args for req and returns
 // the runClaim it leased (read) and the keys it reports without
 // claiming their runClaim, and records the claim (observe). Every claim
-// walks its index in order (inIndexOrder); one every claimSampleEvery
+// walks its index in order (inIndexOrder); one every sampler.EveryDefault
 // is measured as well (measured). Every error is reported once as
 // what failed.
 func (cr *claimRunner) runClaim(ctx context.Context, stmt string, args pgx.StrictNamedArgs, req claimRequest, what string) ([]claimedRow, []heldKey, error) {
@@ -153,7 +159,7 @@ func (cr *claimRunner) runClaim(ctx context.Context, stmt string, args pgx.Stric
 	var batch []claimedRow
 	var held []heldKey
 	var err error
-	if cr.sampler.measureNow(start) {
+	if cr.sampler.Due(start) {
 		batch, held, err = cr.runMeasured(ctx, stmt, args, req)
 	} else {
 		batch, held, err = cr.inIndexOrder(ctx, stmt, args, req.limit)
@@ -400,37 +406,9 @@ func (cr *claimRunner) observeClaim(start time.Time, batch []claimedRow) {
 	}
 }
 
-// claimSampleEvery is how often one claim is measured: run in a
-// transaction between two readings of the transaction's statistics of the
-// hot table and its indexes (queryClaimStats), whose differences are the
-// index entries the claim read, dead ones included, and the buffers it
-// touched (outbox_relay_claim_index_entries, outbox_relay_claim_buffers).
-// The other claims run in a pipeline of their own (inIndexOrder).
-const claimSampleEvery = 10 * time.Second
-
-// claimSampler says when the next claim is measured.
-type claimSampler struct {
-	mu   sync.Mutex
-	next time.Time
-}
-
-// measureNow reports whether the claim about to run at now is measured.
-func (s *claimSampler) measureNow(now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if now.Before(s.next) {
-		return false
-	}
-	s.next = now.Add(claimSampleEvery)
-	return true
-}
-
-// claimStats is one reading of queryClaimStats.
-type claimStats struct{ entries, buffers int64 }
-
-// runMeasured runs the claim statement stmt as rows does, in a
-// transaction that reads the statistics before and after it, and records
-// the difference. READ COMMITTED whatever the database's default, as
+// runMeasured runs the claim statement stmt as runClaim does, measured
+// (relay/internal/sampler): in a transaction that reads the statistics
+// before and after it. READ COMMITTED whatever the database's default, as
 // every claim (inIndexOrder). Rows are returned only once the
 // transaction committed: until then their leases are not taken.
 func (cr *claimRunner) runMeasured(ctx context.Context, stmt string, args pgx.StrictNamedArgs, req claimRequest) (batch []claimedRow, held []heldKey, err error) {
@@ -442,24 +420,16 @@ func (cr *claimRunner) runMeasured(ctx context.Context, stmt string, args pgx.St
 	if _, err := tx.Exec(ctx, cr.plan); err != nil {
 		return nil, nil, fmt.Errorf("set the claim's plan: %w", err)
 	}
-	var before, after claimStats
-	if err := tx.QueryRow(ctx, cr.stats).Scan(&before.entries, &before.buffers); err != nil {
-		return nil, nil, fmt.Errorf("read claim statistics: %w", err)
-	}
-	rows, err := tx.Query(ctx, stmt, planPerExecution, args)
+	err = cr.sampler.Measure(ctx, tx, func() error {
+		rows, err := tx.Query(ctx, stmt, planPerExecution, args)
+		if err != nil {
+			return err
+		}
+		batch, held, err = cr.readClaimed(rows, req.limit)
+		return err
+	})
 	if err != nil {
 		return nil, nil, err
 	}
-	if batch, held, err = cr.readClaimed(rows, req.limit); err != nil {
-		return nil, nil, err
-	}
-	if err := tx.QueryRow(ctx, cr.stats).Scan(&after.entries, &after.buffers); err != nil {
-		return nil, nil, fmt.Errorf("read claim statistics: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, nil, err
-	}
-	cr.metrics.ClaimIndexEntries.Observe(float64(after.entries - before.entries))
-	cr.metrics.ClaimBuffers.Observe(float64(after.buffers - before.buffers))
 	return batch, held, nil
 }

@@ -4,10 +4,11 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/relay/internal/buckets"
+	"github.com/outbox-relay/outbox-relay/relay/internal/listener"
 )
 
-// NotifyChannel exposes notifyChannel to the external tests.
-var NotifyChannel = notifyChannel
+// NotifyChannel exposes listener.Channel to the external tests.
+var NotifyChannel = listener.Channel
 
 // LockBucketsRound opens a rebalancing round in a transaction, as a relay
 // does (buckets.Lock).

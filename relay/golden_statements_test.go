@@ -5,6 +5,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/relay/internal/buckets"
 	"github.com/outbox-relay/outbox-relay/relay/internal/floor"
 	"github.com/outbox-relay/outbox-relay/relay/internal/horizon"
+	"github.com/outbox-relay/outbox-relay/relay/internal/sampler"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
@@ -73,7 +74,7 @@ func goldenStatements() map[string]map[string]string {
 			"gauge_horizon":          horizon.Statements()["gauge_horizon"],
 			"floor":                  floor.Render(outbox.QuoteSchema("outbox"), u.oldestClaimable()).Refresh,
 			"floor_rescan":           floor.Render(outbox.QuoteSchema("outbox"), u.oldestClaimable()).Rescan,
-			"measure_claim":          ru.engine.claims.stats,
+			"measure_claim":          sampler.Statement(outbox.QuoteSchema("outbox")),
 			"plan_claims":            ru.engine.claims.plan,
 		},
 	}

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"github.com/outbox-relay/outbox-relay/relay/internal/sampler"
 	"math"
 	"slices"
 	"testing"
@@ -107,11 +108,14 @@ func TestKeyLookups_StartAtTheIDFloor(t *testing.T) {
 	}
 }
 
-// readClaimStats reads r's claim statistics (queryClaimStats) in tx.
+// claimStats is one reading of the claim statistics (sampler.Statement).
+type claimStats struct{ entries, buffers int64 }
+
+// readClaimStats reads r's claim statistics (sampler.Statement) in tx.
 func readClaimStats(t *testing.T, tx pgx.Tx, r *Relay) claimStats {
 	t.Helper()
 	var s claimStats
-	if err := tx.QueryRow(context.Background(), r.engine.claims.stats).Scan(&s.entries, &s.buffers); err != nil {
+	if err := tx.QueryRow(context.Background(), sampler.Statement(outbox.QuoteSchema(r.cfg.Schema))).Scan(&s.entries, &s.buffers); err != nil {
 		t.Fatal(err)
 	}
 	return s

@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/internal/floor"
 	"github.com/outbox-relay/outbox-relay/relay/internal/horizon"
+	"github.com/outbox-relay/outbox-relay/relay/internal/listener"
 	"github.com/outbox-relay/outbox-relay/relay/internal/liveness"
 )
 
@@ -116,7 +117,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		observers: newSinkObservers(c, log, r.watches, r.failures, settle), settle: settle}
 	r.claims = &claimLoops{cfg: c, log: log, metrics: metrics, loops: len(claimers), inflight: inflight,
 		watches: r.watches, pacer: newClaimPacer(claimers), dispatcher: r.dispatcher, floor: r.floor.State,
-		notified: newBroadcast(), found: newBroadcast(), listener: r.listener}
+		notified: listener.NewBroadcast(), found: listener.NewBroadcast(), listener: r.listener}
 	r.claims.idlePause.Store(int64(cfg.PollInterval))
 	r.settler = &settler{cfg: c, pool: pool, log: log, metrics: metrics, mode: r.mode,
 		sql: r.mode.settleStatements(), health: r.settleHealth, inflight: inflight}
@@ -176,7 +177,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	background.Go(func() { r.failures.logLoop(runCtx) })
 	background.Go(func() { r.live.Run(runCtx) })
 	if r.listener != nil {
-		notified, unsubscribe := r.listener.subscribe(r.cfg.Schema)
+		notified, unsubscribe := r.listener.Subscribe(r.cfg.Schema)
 		defer unsubscribe()
 		r.claims.notified = notified
 		if r.ownListener {

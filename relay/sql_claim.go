@@ -167,16 +167,6 @@ const oldestRow = `(SELECT available_at FROM {schema}.messages
          ORDER BY available_at
          LIMIT 1)`
 
-// queryClaimStats reads the current transaction's statistics of the hot
-// table and its indexes: the index entries its scans read, dead ones
-// included, and the buffers they touched (claimRunner.runMeasured).
-const queryClaimStats = `
-SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(i.indexrelid)), 0)::bigint,
-       (pg_stat_get_xact_blocks_fetched('{schema}.messages'::regclass)
-        + coalesce(sum(pg_stat_get_xact_blocks_fetched(i.indexrelid)), 0))::bigint
-  FROM pg_index AS i
- WHERE i.indrelid = '{schema}.messages'::regclass`
-
 // renderClaim renders queryMessagesClaim for schema, restricted by only
 // (empty: every due row).
 func renderClaim(schema, only string) string {

@@ -8,7 +8,9 @@ package layering
 import (
 	"bufio"
 	"bytes"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -151,6 +153,40 @@ func TestShippedBinaryLinksNoTestOnlyPackage(t *testing.T) {
 	for _, p := range testOnly {
 		if slices.Contains(deps, p) {
 			t.Errorf("the binary links %s, a test-only package", p)
+		}
+	}
+}
+
+// TestLayoutNamesEveryEngineFile keeps docs/development.md's layout map
+// true to the engine: every source file of relay/ and every package under
+// relay/internal/ is named there, so that the map shows what the engine is
+// made of and a new file says what it is for.
+func TestLayoutNamesEveryEngineFile(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/development.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, layout, ok := strings.Cut(string(doc), "## Layout")
+	if !ok {
+		t.Fatal("docs/development.md has no Layout section")
+	}
+	layout, _, _ = strings.Cut(layout, "\n## ")
+	files, err := filepath.Glob("../../relay/*.go")
+	if err != nil || len(files) < 10 {
+		t.Fatalf("relay/*.go: %d files, %v", len(files), err)
+	}
+	for _, f := range files {
+		if name := filepath.Base(f); !strings.HasSuffix(name, "_test.go") && !strings.Contains(layout, name) {
+			t.Errorf("docs/development.md's layout does not name relay/%s: say what it is for", name)
+		}
+	}
+	dirs, err := os.ReadDir("../../relay/internal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if d.IsDir() && !strings.Contains(layout, d.Name()+"/") {
+			t.Errorf("docs/development.md's layout does not name relay/internal/%s/", d.Name())
 		}
 	}
 }
