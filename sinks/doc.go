@@ -13,9 +13,12 @@
 //
 // # Writing a sink
 //
-// A sink is one package under sinks/ (sinks/nats, sinks/webhook, …) and one
-// file in internal/cli that reads its environment variables, validates them,
-// builds the package's Config and opens the sink.
+// A sink is one package under sinks/ (sinks/nats, sinks/webhook, …), one
+// file in internal/cli that declares it (its sinkKind), reads its
+// environment variables, validates them, builds the package's Config and
+// opens the sink, and its line in internal/cli's sinkKinds. Every place a
+// new sink touches is listed in docs/development.md, Adding a sink, which
+// internal/cli's TestSinkKinds_HaveWhatAddingASinkLists checks.
 //
 //  1. Define Config with documented defaults and New(Config) (*Sink, error).
 //     New must not block on the network: a destination that is down at start

@@ -94,14 +94,15 @@ func benchOptions(inv *Invocation, schema string) (bench.Options, error) {
 	if err := c.requireDatabase(); err != nil {
 		return bench.Options{}, err
 	}
-	if c.NATS.URL == "" {
+	nats := sinkEnvOf[natsEnv](&c)
+	if nats.URL == "" {
 		return bench.Options{}, &configError{Var: "NATS_URL", Allowed: "the URL of a NATS server with JetStream"}
 	}
 	if schema == c.Schema {
 		return bench.Options{}, usageError{fmt.Errorf("--schema %s is the relay's schema (RELAY_SCHEMA): the benchmark drops its schema, so give it another", schema)}
 	}
 	s := settingsOf(&c, inv.Version)
-	return bench.Options{DatabaseURL: c.DatabaseURL, NatsURL: c.NATS.URL, Schema: schema, Logger: newLogger(s, inv.Stderr)}, nil
+	return bench.Options{DatabaseURL: c.DatabaseURL, NatsURL: nats.URL, Schema: schema, Logger: newLogger(s, inv.Stderr)}, nil
 }
 
 // benchMode is the mode the bench command's --ordered and --partitioned ask

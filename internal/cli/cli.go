@@ -5,8 +5,9 @@
 // Each command lives in its own file (run.go, migrate.go, status.go, …) and
 // is listed once in commands, which both dispatches and prints the help.
 // Each sink has its own file too (sink_nats.go, sink_webhook.go): its
-// environment variables, their validation, the sink package's Config they
-// make and the sink's opening; sinks.go lists them.
+// sinkKind, its environment variables, their validation, the sink
+// package's Config they make and the sink's opening; sinkKinds (sinks.go)
+// lists them, and every list of sinks is made from it.
 package cli
 
 import (

@@ -25,8 +25,9 @@ import (
 // step); allowed says what values are accepted; redact, when set, says why
 // the value is never shown in an error; emptyOK lets an empty value
 // override the default (an empty RELAY_HTTP_ADDR disables the endpoint).
-// Each sink's variables are in its own struct, in its own file
-// (sink_*.go), embedded here in the order of the reference.
+// In doc and allowed, {sink timeouts} stands for the list of every sink's
+// timeout variable (expandTag). Each sink's variables are in its own
+// struct, in its own file (sink_*.go), held in sinks.
 type config struct {
 	DatabaseURL string `env:"DATABASE_URL" redact:"may hold a password" doc:"PostgreSQL connection string (pgx: URL or key=value). Required by every command but version, help and migrate --print. The relay's connections name themselves outbox-relay (application_name) unless it names them otherwise, and run SET jit = off after connecting: its statements read a few rows by index, and JIT compiled each one for up to seconds once the planner's estimates grew with the table." allowed:"a PostgreSQL connection string"`
 	Schema      string `env:"RELAY_SCHEMA" envDefault:"outbox" doc:"Schema of the relay's tables; every statement is qualified with it." allowed:"a lower-case identifier: letters, digits, underscores, not starting with a digit, at most 63 characters"`
@@ -47,7 +48,7 @@ type config struct {
 	MaxInFlightBytes int64         `env:"RELAY_MAX_IN_FLIGHT_BYTES" envDefault:"67108864" doc:"Payload bytes of the rows claimed and not yet settled, over all sinks, before claiming pauses: the relay's memory follows it whatever the payload sizes. A row whose payload is larger is dead-lettered as permanent without its payload being read, naming this variable. Default 64 MiB." allowed:"an integer number of bytes of at least 65536"`
 	MaxPayloadBytes  int64         `env:"RELAY_MAX_PAYLOAD_BYTES" doc:"When set, the most bytes of a row's payload: applied to the table with the migrations (RELAY_MIGRATE=true or outbox-relay migrate) as an insert trigger that refuses a larger payload in the producer's own transaction, naming the limit; a larger payload already in the table is dead-lettered as permanent without being read. Unset or 0: no limit at insert (a limit set before stays), and payloads over RELAY_MAX_IN_FLIGHT_BYTES are dead-lettered unread." allowed:"0, or an integer number of bytes from 1 to 1073741824"`
 	PollInterval     time.Duration `env:"RELAY_POLL_INTERVAL" envDefault:"50ms" doc:"Pause after a claim that found nothing (±20% jitter); a tenth of it after a claim that found some rows, so a steady stream is not held up, the two claim loops taking turns (one claims a twentieth after the other); none after a full batch. An idle relay delivers within about this long of the commit." allowed:"a duration from 1ms to 1m, like 50ms"`
-	Lease            time.Duration `env:"RELAY_LEASE" envDefault:"30s" doc:"How long a claim holds its rows. Deliveries are cut off at 80% of it, and a request that could not finish by then is not started; an expired lease makes the rows claimable again." allowed:"a duration of at least 2s and at least 5/3 of every sink timeout (NATS_ACK_TIMEOUT, WEBHOOK_TIMEOUT, KAFKA_PRODUCE_TIMEOUT, RABBITMQ_CONFIRM_TIMEOUT)"`
+	Lease            time.Duration `env:"RELAY_LEASE" envDefault:"30s" doc:"How long a claim holds its rows. Deliveries are cut off at 80% of it, and a request that could not finish by then is not started; an expired lease makes the rows claimable again." allowed:"a duration of at least 2s and at least 5/3 of every sink timeout ({sink timeouts})"`
 	Ordered          bool          `env:"RELAY_ORDERED" envDefault:"false" doc:"The alias of RELAY_MODE=ordered, kept for the configurations that set it. Per-key FIFO: at most one message per key at a destination at a time across all relays (a key's queued rows are claimed together and each is sent once the one before it is acknowledged), each key delivered in insert (id) order; a failing message, its Retry-After included, holds up its own key only (until delivered or dead-lettered). Rows without a key are never held up. Every relay on a schema must run the same mode: one that disagrees with the relays alive refuses to start." allowed:"true or false"`
 	Mode             string        `env:"RELAY_MODE" doc:"Delivery mode. unordered (the default): every relay claims any due row (SELECT … FOR UPDATE SKIP LOCKED). ordered: the same as RELAY_ORDERED=true. partitioned: the relays share 64 buckets (a row's bucket follows from its key, or its id when it has none), each bucket owned by one relay at a time, which alone claims and settles its rows, in per-key order, each key's next event sent as soon as the previous one is acknowledged; for many replicas and bursts on one timestamp (see docs/when-to-graduate.md). Every relay on a schema must run the same mode and, in partitioned mode, the same RELAY_LEASE." allowed:"unordered, ordered or partitioned; unordered and partitioned are refused with RELAY_ORDERED=true"`
 	Notify           bool          `env:"RELAY_NOTIFY" envDefault:"false" doc:"Wake the relay when a row is inserted instead of waiting for its next poll: the relay LISTENs on a dedicated connection, and while it is alive every inserting statement sends one NOTIFY. Opt-in because NOTIFY serializes committing transactions (docs/benchmarks.md has the measured cost); polling goes on, and takes over alone behind a transaction-pooling PgBouncer, where notifications cannot arrive (a warning says so)." allowed:"true or false"`
@@ -67,10 +68,10 @@ type config struct {
 	// are fixed (endpoint.go).
 	HTTPMaxConnections int `env:"RELAY_HTTP_MAX_CONNECTIONS" envDefault:"256" doc:"Connections the endpoint (RELAY_HTTP_ADDR) holds open at once. At the cap, a new connection closes the one that has waited longest without a request (an idle keep-alive connection, or one that has sent nothing yet) and takes its place; while every one is in a request, the new one is closed at once: nothing waits in line, and a request in progress is never cut. With the endpoint's timeouts (docs/security.md, Endpoints), it bounds the memory clients can make the endpoint hold." allowed:"an integer from 1 to 65536"`
 
-	NATS     natsEnv
-	Webhook  webhookEnv
-	Kafka    kafkaEnv
-	RabbitMQ rabbitmqEnv
+	// sinks holds the variables of each sink of sinkKinds, in its order
+	// (newSinkEnvs): loadConfig reads each, and configFields lists them
+	// here, in the order of the reference.
+	sinks []sinkEnv
 
 	Tracing tracingEnv
 
@@ -115,9 +116,9 @@ func loadConfig(environ []string) (config, error) {
 	if err := readSecretFiles(vars); err != nil {
 		return config{}, err
 	}
-	var c config
-	if err := env.ParseWithOptions(&c, env.Options{Environment: vars}); err != nil {
-		return c, explainParseError(err, vars)
+	c := config{sinks: newSinkEnvs()}
+	if err := c.parse(vars); err != nil {
+		return c, err
 	}
 	// The env library gives an empty variable its default; where empty
 	// means something (off), honour it.
@@ -177,37 +178,58 @@ func readSecretFiles(vars map[string]string) error {
 }
 
 // configVar is one environment variable of config: its field and where the
-// field sits in the (nested) struct.
+// field sits, in config's (nested) struct or in a sink's.
 type configVar struct {
 	name  string
 	field reflect.StructField
+	// sink is the index of the sink (in sinkKinds and config.sinks) whose
+	// struct holds the field, or -1 for config's own.
+	sink  int
 	index []int
 }
 
 // value returns the field of c that holds the variable.
 func (v configVar) value(c *config) reflect.Value {
+	if v.sink >= 0 {
+		return reflect.ValueOf(c.sinks[v.sink]).Elem().FieldByIndex(v.index)
+	}
 	return reflect.ValueOf(c).Elem().FieldByIndex(v.index)
 }
 
+// doc and allowed return the variable's doc and allowed tags, expanded.
+func (v configVar) doc() string     { return expandTag(v.field.Tag.Get("doc")) }
+func (v configVar) allowed() string { return expandTag(v.field.Tag.Get("allowed")) }
+
+// expandTag replaces, in a doc or allowed tag, what stands for a list of
+// the sinks' variables: {sink timeouts} is every sink's timeout variable
+// (NATS_ACK_TIMEOUT, WEBHOOK_TIMEOUT, …).
+func expandTag(s string) string {
+	return strings.ReplaceAll(s, "{sink timeouts}", strings.Join(sinkTimeouts(), ", "))
+}
+
 // configFields lists config's variables in the order of the reference,
-// descending into each sink's struct.
+// descending into its nested structs and, where config holds the sinks,
+// into each sink's struct.
 func configFields() []configVar {
 	var out []configVar
-	var walk func(t reflect.Type, index []int)
-	walk = func(t reflect.Type, index []int) {
+	var walk func(t reflect.Type, sink int, index []int)
+	walk = func(t reflect.Type, sink int, index []int) {
 		for i := range t.NumField() {
 			f := t.Field(i)
 			idx := append(slices.Clone(index), i)
-			if name := f.Tag.Get("env"); name != "" {
-				out = append(out, configVar{name: name, field: f, index: idx})
-				continue
-			}
-			if f.Type.Kind() == reflect.Struct {
-				walk(f.Type, idx)
+			switch {
+			case f.Tag.Get("env") != "":
+				out = append(out, configVar{name: f.Tag.Get("env"), field: f, sink: sink, index: idx})
+			case f.Type == reflect.TypeFor[[]sinkEnv]():
+				for s, k := range sinkKinds {
+					walk(reflect.TypeOf(k.env()).Elem(), s, nil)
+				}
+			case f.Type.Kind() == reflect.Struct:
+				walk(f.Type, sink, idx)
 			}
 		}
 	}
-	walk(reflect.TypeFor[config](), nil)
+	walk(reflect.TypeFor[config](), -1, nil)
 	return out
 }
 
@@ -222,26 +244,54 @@ func configField(name string) configVar {
 	panic("config has no variable " + name)
 }
 
-// explainParseError turns the first error of caarlos0/env into a configError.
-func explainParseError(err error, vars map[string]string) error {
+// parse reads vars into c's fields and each of its sinks' with
+// caarlos0/env. Of values that cannot be parsed, the error names the
+// first in the order of the reference.
+func (c *config) parse(vars map[string]string) error {
+	opts := env.Options{Environment: vars}
+	fields := configFields()
+	var first error
+	firstAt := len(fields)
+	try := func(part any, sink int) {
+		err := env.ParseWithOptions(part, opts)
+		if err == nil {
+			return
+		}
+		at, err := explainParseError(err, vars, fields, sink)
+		if first == nil || at < firstAt {
+			first, firstAt = err, at
+		}
+	}
+	try(c, -1)
+	for i, e := range c.sinks {
+		try(e, i)
+	}
+	return first
+}
+
+// explainParseError turns the first error of caarlos0/env, parsing
+// config's own fields (sink -1) or a sink's, into a configError, returned
+// with the position of its variable in fields (len(fields) when it names
+// none).
+func explainParseError(err error, vars map[string]string, fields []configVar, sink int) (int, error) {
 	var agg env.AggregateError
 	if errors.As(err, &agg) && len(agg.Errors) > 0 {
 		err = agg.Errors[0]
 	}
 	var pe env.ParseError
 	if errors.As(err, &pe) {
-		for _, f := range configFields() {
-			if f.field.Name != pe.Name {
+		for at, f := range fields {
+			if f.sink != sink || f.field.Name != pe.Name {
 				continue
 			}
 			value := vars[f.name]
 			if r := f.field.Tag.Get("redact"); r != "" {
 				value = "(not shown: " + r + ")"
 			}
-			return &configError{Var: f.name, Value: value, Allowed: f.field.Tag.Get("allowed"), Reason: "not a valid " + kindOf(f.field.Type)}
+			return at, &configError{Var: f.name, Value: value, Allowed: f.allowed(), Reason: "not a valid " + kindOf(f.field.Type)}
 		}
 	}
-	return fmt.Errorf("read configuration: %w", err)
+	return len(fields), fmt.Errorf("read configuration: %w", err)
 }
 
 func kindOf(t reflect.Type) string {
@@ -264,7 +314,7 @@ func (c *config) refuse(name, reason string) error {
 	if r := f.field.Tag.Get("redact"); r != "" {
 		value = "(not shown: " + r + ")"
 	}
-	return &configError{Var: name, Value: value, Allowed: f.field.Tag.Get("allowed"), Reason: reason}
+	return &configError{Var: name, Value: value, Allowed: f.allowed(), Reason: reason}
 }
 
 // validate checks every value that needs no connection. Requirements that
@@ -327,10 +377,8 @@ func (c *config) validate() error {
 	if err := c.checkFileVars(); err != nil {
 		return err
 	}
-	for _, s := range c.sinkEnvs() {
-		if err := s.validate(c); err != nil {
-			return err
-		}
+	if err := c.validateSinks(); err != nil {
+		return err
 	}
 	if err := c.Tracing.validate(c); err != nil {
 		return err
@@ -431,11 +479,7 @@ func (c *config) requireSinks(environ []string) error {
 	names := c.sinkNames()
 	switch {
 	case len(names) == 0:
-		var enablers []string
-		for _, s := range c.sinkEnvs() {
-			enablers = append(enablers, s.enabledBy())
-		}
-		return usageError{fmt.Errorf("no sink is configured: set %s%s", orList(enablers), typoHints(environ, enablers))}
+		return usageError{fmt.Errorf("no sink is configured: set %s%s", orList(sinkEnablers()), typoHints(environ))}
 	case len(names) > 1 && c.Sink == "":
 		return &configError{Var: "RELAY_SINK", Reason: "several sinks are configured, so the default for rows without a destination must be named", Allowed: strings.Join(names, " or ")}
 	}
@@ -443,15 +487,14 @@ func (c *config) requireSinks(environ []string) error {
 }
 
 // typoHints returns, for the error that no sink is configured, the unknown
-// variables of environ whose closest known name is one of enablers, or
-// that have a sink's prefix: " (did you mean NATS_URL? NATS_ULR is set)".
-func typoHints(environ, enablers []string) string {
+// variables of environ whose closest known name enables a sink, or that
+// have a sink's prefix: " (did you mean NATS_URL? NATS_ULR is set)".
+func typoHints(environ []string) string {
 	var hints []string
 	for _, u := range unknownVariables(environ) {
-		sinkVar := slices.Contains(enablers, u.Closest)
-		for _, s := range enablers {
-			prefix, _, _ := strings.Cut(s, "_")
-			sinkVar = sinkVar || strings.HasPrefix(u.Name, prefix+"_")
+		sinkVar := false
+		for _, k := range sinkKinds {
+			sinkVar = sinkVar || u.Closest == k.enabledBy || strings.HasPrefix(u.Name, k.prefix)
 		}
 		if sinkVar {
 			hints = append(hints, "did you mean "+u.Closest+"? "+u.Name+" is set")

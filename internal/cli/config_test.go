@@ -83,6 +83,9 @@ func TestRun_RefusesBadConfigurationNamingTheVariable(t *testing.T) {
 		{[]string{"KAFKA_PRODUCE_TIMEOUT=500ms"}, []string{`KAFKA_PRODUCE_TIMEOUT="500ms"`, "at least 1s"}},
 		{[]string{"KAFKA_BROKERS=kafka-1:9092", "RELAY_SINK=kafka", "KAFKA_PRODUCE_TIMEOUT=19s"}, []string{`RELAY_LEASE="30s"`, "KAFKA_PRODUCE_TIMEOUT=19s"}},
 		{[]string{"KAFKA_MAX_MESSAGE_BYTES=100"}, []string{`KAFKA_MAX_MESSAGE_BYTES="100"`, "512 to 104857600"}},
+		// Each sink's struct is parsed on its own, so a field name that
+		// two sinks share names the right variable.
+		{[]string{"RABBITMQ_MAX_MESSAGE_BYTES=abc"}, []string{`RABBITMQ_MAX_MESSAGE_BYTES="abc"`, "1 to 536870912"}},
 		{[]string{"KAFKA_SASL_MECHANISM=GSSAPI"}, []string{`KAFKA_SASL_MECHANISM="GSSAPI"`, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"}},
 		{[]string{"KAFKA_SASL_MECHANISM=PLAIN", "KAFKA_SASL_PASSWORD=s3cr3t"}, []string{"KAFKA_SASL_USERNAME is not set", "required with KAFKA_SASL_MECHANISM"}},
 		{[]string{"KAFKA_SASL_MECHANISM=SCRAM-SHA-256", "KAFKA_SASL_USERNAME=relay"}, []string{"KAFKA_SASL_PASSWORD is not set", "required with KAFKA_SASL_MECHANISM"}},
@@ -272,8 +275,8 @@ func TestConfig_SecretsFromFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DatabaseURL != "postgres://u:hunter2@127.0.0.1:1/db" || c.Webhook.Secret != testSecret {
-		t.Errorf("read %q and %q from the files", c.DatabaseURL, c.Webhook.Secret)
+	if c.DatabaseURL != "postgres://u:hunter2@127.0.0.1:1/db" || sinkEnvOf[webhookEnv](&c).Secret != testSecret {
+		t.Errorf("read %q and %q from the files", c.DatabaseURL, sinkEnvOf[webhookEnv](&c).Secret)
 	}
 	for _, tc := range []struct {
 		env  []string

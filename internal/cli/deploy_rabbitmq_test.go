@@ -64,7 +64,7 @@ func TestCompose_RabbitMQProfile(t *testing.T) {
 	}
 
 	// The relay logs in as the broker's user, to the broker's service.
-	u, err := url.Parse(c.RabbitMQ.URL)
+	u, err := url.Parse(sinkEnvOf[rabbitmqEnv](&c).URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestCompose_RabbitMQProfile(t *testing.T) {
 		}
 	}
 	setup := strings.Join(f.Services["rabbitmq-setup"].Command, "\n")
-	for _, want := range []string{"source=" + c.RabbitMQ.Exchange, "routing_key='orders.#'"} {
+	for _, want := range []string{"source=" + sinkEnvOf[rabbitmqEnv](&c).Exchange, "routing_key='orders.#'"} {
 		if !strings.Contains(setup, want) {
 			t.Errorf("the rabbitmq-setup command does not contain %q", want)
 		}

@@ -112,7 +112,7 @@ func TestCompose_RelayEnvironment(t *testing.T) {
 	if err := c.requireSinks(nil); err != nil {
 		t.Error(err)
 	}
-	if c.NATS.Stream == "" {
+	if sinkEnvOf[natsEnv](&c).Stream == "" {
 		t.Error("the quick start needs NATS_STREAM: nothing else creates a stream")
 	}
 
@@ -134,11 +134,11 @@ func TestCompose_RelayEnvironment(t *testing.T) {
 	// The subscriber reads the relay's stream on the relay's NATS, and the
 	// producer writes the relay's table.
 	sub := f.Services["subscriber"]
-	if got := sub.env(t)["NATS_URL"]; got != c.NATS.URL {
-		t.Errorf("subscriber NATS_URL = %q, want the relay's %q", got, c.NATS.URL)
+	if got := sub.env(t)["NATS_URL"]; got != sinkEnvOf[natsEnv](&c).URL {
+		t.Errorf("subscriber NATS_URL = %q, want the relay's %q", got, sinkEnvOf[natsEnv](&c).URL)
 	}
 	script := strings.Join(sub.Command, "\n")
-	for _, want := range []string{c.NATS.Stream, c.NATS.SubjectPrefix + ">"} {
+	for _, want := range []string{sinkEnvOf[natsEnv](&c).Stream, sinkEnvOf[natsEnv](&c).SubjectPrefix + ">"} {
 		if !strings.Contains(script, want) {
 			t.Errorf("the subscriber's command does not mention %q:\n%s", want, script)
 		}
@@ -185,10 +185,10 @@ func TestCompose_KafkaProfile(t *testing.T) {
 	if relay.Build != "." {
 		t.Errorf("relay-kafka build = %q, want .", relay.Build)
 	}
-	if brokers := c.Kafka.brokers(); len(brokers) != 1 || !strings.HasPrefix(brokers[0], "kafka:") {
-		t.Errorf("KAFKA_BROKERS=%s, want the kafka service", c.Kafka.Brokers)
+	if brokers := sinkEnvOf[kafkaEnv](&c).brokers(); len(brokers) != 1 || !strings.HasPrefix(brokers[0], "kafka:") {
+		t.Errorf("KAFKA_BROKERS=%s, want the kafka service", sinkEnvOf[kafkaEnv](&c).Brokers)
 	}
-	topic := c.Kafka.TopicPrefix + "orders.created"
+	topic := sinkEnvOf[kafkaEnv](&c).TopicPrefix + "orders.created"
 	for _, svc := range []string{"kafka-topics", "consumer-kafka"} {
 		if !slices.Contains(f.Services[svc].Command, topic) {
 			t.Errorf("%s's command does not name the topic %s", svc, topic)

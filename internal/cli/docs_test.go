@@ -98,9 +98,19 @@ func helpOutput(t *testing.T) string {
 }
 
 // envName is how the docs write a variable of the relay's: a name with one
-// of its prefixes, ending in a letter or a digit (so NATS_TLS_* is a
-// pattern, not a name).
-var envName = regexp.MustCompile(`\b(?:DATABASE_URL(?:_FILE)?|LOG_(?:LEVEL|FORMAT)|(?:RELAY|NATS|WEBHOOK|KAFKA|RABBITMQ)_[A-Z0-9_]*[A-Z0-9])\b`)
+// of its prefixes (RELAY_ or a sink's), ending in a letter or a digit (so
+// NATS_TLS_* is a pattern, not a name).
+var envName = regexp.MustCompile(`\b(?:DATABASE_URL(?:_FILE)?|LOG_(?:LEVEL|FORMAT)|(?:` + strings.Join(relayPrefixes(), "|") + `)_[A-Z0-9_]*[A-Z0-9])\b`)
+
+// relayPrefixes returns RELAY and each sink's prefix, without their
+// underscores.
+func relayPrefixes() []string {
+	out := []string{"RELAY"}
+	for _, k := range sinkKinds {
+		out = append(out, strings.TrimSuffix(k.prefix, "_"))
+	}
+	return out
+}
 
 // TestDocs_VariablesAgreeWithHelp keeps the three places that name the
 // variables in agreement: every variable of the configuration is in

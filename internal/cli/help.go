@@ -103,8 +103,8 @@ func envReference() []envVar {
 		vars = append(vars, envVar{
 			Name:    f.name,
 			Default: f.field.Tag.Get("envDefault"),
-			Doc:     f.field.Tag.Get("doc"),
-			Allowed: f.field.Tag.Get("allowed"),
+			Doc:     f.doc(),
+			Allowed: f.allowed(),
 		})
 		if f.field.Tag.Get("redact") != "" {
 			vars = append(vars, envVar{

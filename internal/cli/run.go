@@ -169,12 +169,22 @@ func registerProcessMetrics(reg prometheus.Registerer) (*prometheus.GaugeVec, er
 	}
 	problems := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "outbox_relay_sink_problem",
-		Help: "1 when a sink's start-up check found a problem with the destination's setup, by sink and problem (nats: no_stream, short_dedup_window; kafka: auth_failed, no_producer_id, no_topics; rabbitmq: no_exchange, auth_failed, vhost_refused, tls_failed).",
+		Help: sinkProblemHelp(),
 	}, []string{"sink", "problem"})
 	if err := reg.Register(problems); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	return problems, nil
+}
+
+// sinkProblemHelp is outbox_relay_sink_problem's help, listing each sink's
+// start-up problems.
+func sinkProblemHelp() string {
+	help := "1 when a sink's start-up check found a problem with the destination's setup, by sink and problem"
+	if list := sinkProblems(func(code string) string { return code }); list != "" {
+		help += " (" + list + ")"
+	}
+	return help + "."
 }
 
 // openSinks opens every configured sink with its settings. The returned
@@ -188,17 +198,17 @@ func openSinks(c *config, s settings, log *slog.Logger) (map[string]sinks.Sink, 
 			}
 		}
 	}
-	for _, e := range c.sinkEnvs() {
-		cfg, ok := s.Sinks[e.name()]
+	for i, k := range sinkKinds {
+		cfg, ok := s.Sinks[k.name]
 		if !ok {
 			continue
 		}
-		sink, err := e.open(cfg, log)
+		sink, err := c.sinks[i].open(cfg, log)
 		if err != nil {
 			closeAll()
-			return nil, nil, fmt.Errorf("open sink %s: %w", e.name(), err)
+			return nil, nil, fmt.Errorf("open sink %s: %w", k.name, err)
 		}
-		opened[e.name()] = sink
+		opened[k.name] = sink
 	}
 	return opened, closeAll, nil
 }

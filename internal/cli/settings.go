@@ -91,9 +91,9 @@ func settingsOf(c *config, version string) settings {
 		Tracing: c.Tracing.settings(version),
 		Sinks:   map[string]any{},
 	}
-	for _, e := range c.sinkEnvs() {
-		if e.enabled() {
-			s.Sinks[e.name()] = e.settings(c, version)
+	for i, k := range sinkKinds {
+		if c.sinkEnabled(i) {
+			s.Sinks[k.name] = c.sinks[i].settings(c, version)
 		}
 	}
 	return s

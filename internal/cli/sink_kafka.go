@@ -13,7 +13,17 @@ import (
 	kafkasink "github.com/outbox-relay/outbox-relay/sinks/kafka"
 )
 
-// kafkaEnv is the kafka sink's configuration (sinks/kafka).
+// kafkaKind is the kafka sink (sinks/kafka).
+var kafkaKind = sinkKind{
+	name:      "kafka",
+	prefix:    "KAFKA_",
+	enabledBy: "KAFKA_BROKERS",
+	timeout:   "KAFKA_PRODUCE_TIMEOUT",
+	problems:  []string{kafkasink.ProblemAuthFailed, kafkasink.ProblemNoProducerID, kafkasink.ProblemNoTopics},
+	env:       func() sinkEnv { return new(kafkaEnv) },
+}
+
+// kafkaEnv is the kafka sink's configuration.
 type kafkaEnv struct {
 	Brokers         string        `env:"KAFKA_BROKERS" doc:"Kafka seed brokers, comma-separated; enables the kafka sink. The client discovers the rest of the cluster from them." allowed:"host:port pairs separated by commas, like kafka-1:9092,kafka-2:9092"`
 	TopicPrefix     string        `env:"KAFKA_TOPIC_PREFIX" doc:"Prepended to the row's topic to form the Kafka topic, like events. for events.orders.created." allowed:"empty, or up to 248 of the characters Kafka allows in topic names (letters, digits, '.', '_', '-'), not starting with _"`
@@ -28,9 +38,7 @@ type kafkaEnv struct {
 	TLSKeyFile      string        `env:"KAFKA_TLS_KEY_FILE" doc:"PEM private key of KAFKA_TLS_CERT_FILE." allowed:"a readable PEM private key; with KAFKA_TLS_CERT_FILE and KAFKA_TLS=true"`
 }
 
-func (e *kafkaEnv) name() string      { return "kafka" }
-func (e *kafkaEnv) enabledBy() string { return "KAFKA_BROKERS" }
-func (e *kafkaEnv) enabled() bool     { return e.Brokers != "" }
+func (e *kafkaEnv) deliveryTimeout() time.Duration { return e.ProduceTimeout }
 
 // validate checks the kafka settings. The password is never repeated in
 // an error.
@@ -58,13 +66,7 @@ func (e *kafkaEnv) validate(c *config) error {
 	if err := e.validateSASL(c); err != nil {
 		return err
 	}
-	if err := e.validateTLS(c); err != nil {
-		return err
-	}
-	if e.enabled() && !leaseCovers(c.Lease, e.ProduceTimeout) {
-		return c.refuse("RELAY_LEASE", fmt.Sprintf("must be at least 5/3 of KAFKA_PRODUCE_TIMEOUT=%s, so that a delivery fits in the lease with room to spare", e.ProduceTimeout))
-	}
-	return nil
+	return e.validateTLS(c)
 }
 
 func (e *kafkaEnv) validateSASL(c *config) error {
@@ -73,9 +75,9 @@ func (e *kafkaEnv) validateSASL(c *config) error {
 	case s.Mechanism != "" && !slices.Contains(kafkasink.Mechanisms, s.Mechanism):
 		return c.refuse("KAFKA_SASL_MECHANISM", "unknown mechanism")
 	case s.Mechanism != "" && s.Username == "":
-		return &configError{Var: "KAFKA_SASL_USERNAME", Reason: "required with KAFKA_SASL_MECHANISM", Allowed: configField("KAFKA_SASL_USERNAME").field.Tag.Get("allowed")}
+		return &configError{Var: "KAFKA_SASL_USERNAME", Reason: "required with KAFKA_SASL_MECHANISM", Allowed: configField("KAFKA_SASL_USERNAME").allowed()}
 	case s.Mechanism != "" && s.Password == "":
-		return &configError{Var: "KAFKA_SASL_PASSWORD", Reason: "required with KAFKA_SASL_MECHANISM", Allowed: configField("KAFKA_SASL_PASSWORD").field.Tag.Get("allowed")}
+		return &configError{Var: "KAFKA_SASL_PASSWORD", Reason: "required with KAFKA_SASL_MECHANISM", Allowed: configField("KAFKA_SASL_PASSWORD").allowed()}
 	case s.Mechanism == "" && s.Username != "":
 		return c.refuse("KAFKA_SASL_USERNAME", "set without KAFKA_SASL_MECHANISM")
 	case s.Mechanism == "" && s.Password != "":
@@ -97,9 +99,9 @@ func (e *kafkaEnv) validateTLS(c *config) error {
 	}
 	switch {
 	case e.TLSCertFile != "" && e.TLSKeyFile == "":
-		return &configError{Var: "KAFKA_TLS_KEY_FILE", Reason: "required with KAFKA_TLS_CERT_FILE", Allowed: configField("KAFKA_TLS_KEY_FILE").field.Tag.Get("allowed")}
+		return &configError{Var: "KAFKA_TLS_KEY_FILE", Reason: "required with KAFKA_TLS_CERT_FILE", Allowed: configField("KAFKA_TLS_KEY_FILE").allowed()}
 	case e.TLSKeyFile != "" && e.TLSCertFile == "":
-		return &configError{Var: "KAFKA_TLS_CERT_FILE", Reason: "required with KAFKA_TLS_KEY_FILE", Allowed: configField("KAFKA_TLS_CERT_FILE").field.Tag.Get("allowed")}
+		return &configError{Var: "KAFKA_TLS_CERT_FILE", Reason: "required with KAFKA_TLS_KEY_FILE", Allowed: configField("KAFKA_TLS_CERT_FILE").allowed()}
 	}
 	// Load each file as the sink will, so that a missing or unreadable
 	// one stops the relay here, named.

@@ -14,7 +14,17 @@ import (
 	natssink "github.com/outbox-relay/outbox-relay/sinks/nats"
 )
 
-// natsEnv is the nats sink's configuration (sinks/nats).
+// natsKind is the nats sink (sinks/nats).
+var natsKind = sinkKind{
+	name:      "nats",
+	prefix:    "NATS_",
+	enabledBy: "NATS_URL",
+	timeout:   "NATS_ACK_TIMEOUT",
+	problems:  []string{natssink.ProblemNoStream, natssink.ProblemShortDedupWindow},
+	env:       func() sinkEnv { return new(natsEnv) },
+}
+
+// natsEnv is the nats sink's configuration.
 type natsEnv struct {
 	URL           string        `env:"NATS_URL" redact:"may hold credentials" doc:"NATS server URL(s), comma-separated; enables the nats sink. Credentials may be embedded (nats://user:pass@host:4222); they are never logged." allowed:"nats://, tls://, ws:// or wss:// URLs"`
 	JetStream     bool          `env:"NATS_JETSTREAM" envDefault:"true" doc:"Publish to JetStream and wait for each PubAck. false: core NATS, publish and flush (no persistence, no dedup)." allowed:"true or false"`
@@ -33,9 +43,16 @@ var natsFileVars = []string{"NATS_CREDS_FILE", "NATS_NKEY_SEED_FILE", "NATS_TLS_
 
 var streamName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
 
-func (e *natsEnv) name() string      { return "nats" }
-func (e *natsEnv) enabledBy() string { return "NATS_URL" }
-func (e *natsEnv) enabled() bool     { return e.URL != "" }
+func (e *natsEnv) enabled() bool { return e.URL != "" }
+
+// deliveryTimeout is NATS_ACK_TIMEOUT with JetStream; core NATS waits for
+// no acknowledgement.
+func (e *natsEnv) deliveryTimeout() time.Duration {
+	if !e.JetStream {
+		return 0
+	}
+	return e.AckTimeout
+}
 
 func (e *natsEnv) validate(c *config) error {
 	if e.URL != "" {
@@ -75,9 +92,6 @@ func (e *natsEnv) validate(c *config) error {
 	}
 	if e.AckTimeout <= 0 {
 		return c.refuse("NATS_ACK_TIMEOUT", "not positive")
-	}
-	if e.enabled() && e.JetStream && !leaseCovers(c.Lease, e.AckTimeout) {
-		return c.refuse("RELAY_LEASE", fmt.Sprintf("must be at least 5/3 of NATS_ACK_TIMEOUT=%s, so that a delivery fits in the lease with room to spare", e.AckTimeout))
 	}
 	return e.validateFiles(c)
 }

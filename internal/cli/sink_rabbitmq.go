@@ -12,7 +12,17 @@ import (
 	"github.com/outbox-relay/outbox-relay/sinks/rabbitmq"
 )
 
-// rabbitmqEnv is the rabbitmq sink's configuration (sinks/rabbitmq).
+// rabbitmqKind is the rabbitmq sink (sinks/rabbitmq).
+var rabbitmqKind = sinkKind{
+	name:      "rabbitmq",
+	prefix:    "RABBITMQ_",
+	enabledBy: "RABBITMQ_URL",
+	timeout:   "RABBITMQ_CONFIRM_TIMEOUT",
+	problems:  []string{rabbitmq.ProblemNoExchange, rabbitmq.ProblemAuthFailed, rabbitmq.ProblemVhostRefused, rabbitmq.ProblemTLSFailed},
+	env:       func() sinkEnv { return new(rabbitmqEnv) },
+}
+
+// rabbitmqEnv is the rabbitmq sink's configuration.
 type rabbitmqEnv struct {
 	URL             string        `env:"RABBITMQ_URL" redact:"may hold credentials" doc:"RabbitMQ AMQP URI; enables the rabbitmq sink. The path is the virtual host (amqp://user:pass@host:5672/vhost; %2F or nothing for /). The password is never logged." allowed:"an amqp:// or amqps:// URI with a host; percent-encode reserved characters of the user name and password"`
 	Exchange        string        `env:"RABBITMQ_EXCHANGE" envDefault:"amq.topic" doc:"Exchange every message is published to, with the topic as routing key. It must exist (amq.topic always does), and queues must be bound to it: a message no queue is bound for is returned and retried." allowed:"an exchange name: 1 to 255 letters, digits, -, _, . or :"`
@@ -23,9 +33,7 @@ type rabbitmqEnv struct {
 	TLSKeyFile      string        `env:"RABBITMQ_TLS_KEY_FILE" doc:"PEM private key of RABBITMQ_TLS_CERT_FILE." allowed:"a PEM file; needs RABBITMQ_TLS_CERT_FILE and an amqps:// RABBITMQ_URL"`
 }
 
-func (e *rabbitmqEnv) name() string      { return "rabbitmq" }
-func (e *rabbitmqEnv) enabledBy() string { return "RABBITMQ_URL" }
-func (e *rabbitmqEnv) enabled() bool     { return e.URL != "" }
+func (e *rabbitmqEnv) deliveryTimeout() time.Duration { return e.ConfirmTimeout }
 
 // validate checks the rabbitmq settings. The URL is never repeated in an
 // error, nor the parser's message, which may: it may hold a password.
@@ -68,9 +76,6 @@ func (e *rabbitmqEnv) validate(c *config) error {
 		return c.refuse("RABBITMQ_TLS_CERT_FILE", "set without RABBITMQ_TLS_KEY_FILE")
 	case e.TLSKeyFile != "" && e.TLSCertFile == "":
 		return c.refuse("RABBITMQ_TLS_KEY_FILE", "set without RABBITMQ_TLS_CERT_FILE")
-	}
-	if e.enabled() && !leaseCovers(c.Lease, e.ConfirmTimeout) {
-		return c.refuse("RELAY_LEASE", fmt.Sprintf("must be at least 5/3 of RABBITMQ_CONFIRM_TIMEOUT=%s, so that a delivery fits in the lease with room to spare", e.ConfirmTimeout))
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -11,7 +10,16 @@ import (
 	"github.com/outbox-relay/outbox-relay/sinks/webhook"
 )
 
-// webhookEnv is the webhook sink's configuration (sinks/webhook).
+// webhookKind is the webhook sink (sinks/webhook).
+var webhookKind = sinkKind{
+	name:      "webhook",
+	prefix:    "WEBHOOK_",
+	enabledBy: "WEBHOOK_URL",
+	timeout:   "WEBHOOK_TIMEOUT",
+	env:       func() sinkEnv { return new(webhookEnv) },
+}
+
+// webhookEnv is the webhook sink's configuration.
 type webhookEnv struct {
 	URL           string        `env:"WEBHOOK_URL" redact:"may hold credentials" doc:"Enables the webhook sink: every message for it is POSTed here, signed as Standard Webhooks. Credentials and query are never logged." allowed:"an http:// or https:// URL with a host"`
 	Secret        string        `env:"WEBHOOK_SECRET" redact:"secret" doc:"Standard Webhooks signing secret(s); required with WEBHOOK_URL. Several, separated by spaces or commas, each sign every request (rotation). Never logged." allowed:"whsec_ followed by base64 of 24 to 64 bytes"`
@@ -29,9 +37,7 @@ var webhookFileVars = []string{"WEBHOOK_TLS_CA_FILE", "WEBHOOK_TLS_CERT_FILE", "
 
 const secretAllowed = "whsec_ followed by base64 of 24 to 64 bytes; several separated by spaces or commas"
 
-func (e *webhookEnv) name() string      { return "webhook" }
-func (e *webhookEnv) enabledBy() string { return "WEBHOOK_URL" }
-func (e *webhookEnv) enabled() bool     { return e.URL != "" }
+func (e *webhookEnv) deliveryTimeout() time.Duration { return e.Timeout }
 
 // validate checks the webhook settings. The URL and the secrets are never
 // repeated in an error: they may hold credentials.
@@ -60,9 +66,6 @@ func (e *webhookEnv) validate(c *config) error {
 	}
 	if _, err := webhook.ParseSecrets(e.Secret); err != nil {
 		return &configError{Var: "WEBHOOK_SECRET", Value: "(not shown: secret)", Reason: err.Error(), Allowed: secretAllowed}
-	}
-	if !leaseCovers(c.Lease, e.Timeout) {
-		return c.refuse("RELAY_LEASE", fmt.Sprintf("must be at least 5/3 of WEBHOOK_TIMEOUT=%s, so that a delivery fits in the lease with room to spare", e.Timeout))
 	}
 	if u, _ := url.Parse(e.URL); !strings.EqualFold(u.Scheme, "https") {
 		for _, name := range webhookFileVars {

@@ -95,7 +95,7 @@ func (e *tracingEnv) validate(c *config) error {
 		}
 		if dropped != "" {
 			// The value without what may be a secret.
-			return &configError{Var: name, Value: redactEndpoint(v), Allowed: configField(name).field.Tag.Get("allowed"),
+			return &configError{Var: name, Value: redactEndpoint(v), Allowed: configField(name).allowed(),
 				Reason: dropped + ": give credentials in OTEL_EXPORTER_OTLP_HEADERS (like authorization=Bearer%20<token>)"}
 		}
 	}

@@ -5,9 +5,16 @@ import (
 	"strings"
 )
 
-// knownPrefixes are the prefixes of the relay's variables: a variable with
-// one of them that the relay does not know is most likely a typo.
-var knownPrefixes = []string{"RELAY_", "NATS_", "WEBHOOK_", "KAFKA_", "RABBITMQ_", "LOG_", "DATABASE_"}
+// knownPrefixes returns the prefixes of the relay's variables, each sink's
+// among them: a variable with one of them that the relay does not know is
+// most likely a typo.
+func knownPrefixes() []string {
+	prefixes := []string{"RELAY_"}
+	for _, k := range sinkKinds {
+		prefixes = append(prefixes, k.prefix)
+	}
+	return append(prefixes, "LOG_", "DATABASE_")
+}
 
 // unknownVariable is a variable of environ with one of the relay's prefixes
 // that the relay does not read, and the known name closest to it.
@@ -19,10 +26,11 @@ func unknownVariables(environ []string) []unknownVariable {
 	for _, v := range envReference() {
 		known = append(known, v.Name)
 	}
+	prefixes := knownPrefixes()
 	var out []unknownVariable
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if slices.Contains(known, name) || !slices.ContainsFunc(knownPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+		if slices.Contains(known, name) || !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			continue
 		}
 		closest, best := "", -1
