@@ -6,7 +6,7 @@ NATS_URL ?= nats://127.0.0.1:4222
 # The reference loop the bench-* targets measure the relay against
 # ("refloop" in their output): the directory of a main package, built to
 # bin/refloop. By default the yardstick in this repository
-# (internal/yardstick: claim with FOR UPDATE SKIP LOCKED, publish with
+# (internal/benchkit/yardstick: claim with FOR UPDATE SKIP LOCKED, publish with
 # Nats-Msg-Id, await the acks, archive in one statement; no retries, dead
 # letters or ordering), so that no target needs code from outside the
 # repository: on a fresh clone, make bench needs only PostgreSQL and NATS
@@ -16,7 +16,7 @@ NATS_URL ?= nats://127.0.0.1:4222
 # measured. The yardstick drops and recreates only the tables and the stream
 # it made: after another loop ran on the same database it refuses, naming
 # the table to drop.
-REFLOOP ?= internal/yardstick
+REFLOOP ?= internal/benchkit/yardstick
 
 .PHONY: build test ci helm bench bench-binary bench-replicas bench-processes bench-pin-horizon bench-many-outboxes bench-instructions examples examples-run
 
@@ -40,8 +40,8 @@ helm:
 	bash .ci/helm
 
 # Drain rate of a 100k backlog against refloop (the reference loop built
-# from REFLOOP, by default internal/yardstick), alternating, same database
-# and NATS; developer tools (internal/benchcmp, internal/yardstick), not
+# from REFLOOP, by default internal/benchkit/yardstick), alternating, same database
+# and NATS; developer tools (internal/benchkit/benchcmp, internal/benchkit/yardstick), not
 # part of the shipped binary.
 # BENCHFLAGS passes more, e.g. BENCHFLAGS='-mode steady -rate 2000 -n 20000'.
 ROUNDS ?= 5
@@ -49,7 +49,7 @@ BENCHFLAGS ?=
 bench:
 	cd $(REFLOOP) && go build -o $(CURDIR)/bin/refloop .
 	psql "$(DATABASE_URL)" -c 'select 1' >/dev/null 2>&1 || psql "$(subst outbox_bench,postgres,$(DATABASE_URL))" -c 'CREATE DATABASE outbox_bench'
-	DATABASE_URL="$(DATABASE_URL)" NATS_URL="$(NATS_URL)" go run ./internal/benchcmp -refloop bin/refloop -rounds $(ROUNDS) $(BENCHFLAGS)
+	DATABASE_URL="$(DATABASE_URL)" NATS_URL="$(NATS_URL)" go run ./internal/benchkit/benchcmp -refloop bin/refloop -rounds $(ROUNDS) $(BENCHFLAGS)
 
 # The same drain measured on the shipped binary (built as CI and the
 # Dockerfile build it), run with its defaults, from exec to an empty table.
@@ -100,7 +100,7 @@ PIN_RATE ?= 1000
 PINFLAGS ?=
 bench-pin-horizon: build
 	cd $(REFLOOP) && go build -o $(CURDIR)/bin/refloop .
-	go build -o bin/benchcmp ./internal/benchcmp
+	go build -o bin/benchcmp ./internal/benchkit/benchcmp
 	bin/benchcmp -pin-horizon -binary bin/outbox-relay -refloop bin/refloop -duration $(DURATION) -every $(EVERY) -pin-after $(PIN_AFTER) -rate $(PIN_RATE) $(PINFLAGS)
 
 # One relay serving many outboxes (issue 23; docs/benchmarks.md, "Many
@@ -120,7 +120,7 @@ TRICKLE ?= 20
 ALONE ?= 45s
 MANYFLAGS ?=
 bench-many-outboxes: build
-	go build -o bin/benchcmp ./internal/benchcmp
+	go build -o bin/benchcmp ./internal/benchkit/benchcmp
 	bin/benchcmp -many-outboxes -binary bin/outbox-relay -outboxes $(OUTBOXES) -duration $(DURATION) -warmup $(WARMUP) -backlog $(BACKLOG) -trickle-rate $(TRICKLE) -trickle-alone $(ALONE) $(MANYFLAGS)
 
 # The instructions PostgreSQL executes per inserted row (the outbox table

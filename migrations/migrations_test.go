@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 

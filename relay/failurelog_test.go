@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/internal/testlog"
-	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/testlog"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )

@@ -18,11 +18,11 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/outbox-relay/outbox-relay/internal/dbtest"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/internal/testlog"
-	"github.com/outbox-relay/outbox-relay/internal/waitfor"
-	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/testlog"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/webhooktest"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	"github.com/outbox-relay/outbox-relay/sinks/webhook"
 )

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/tlstest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/tlstest"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 

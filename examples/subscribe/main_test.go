@@ -8,8 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/outbox-relay/outbox-relay/internal/natstest"
-	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/natstest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
 )
 
 func TestSubscribe_PrintsSubjectHeadersAndPayload(t *testing.T) {

@@ -2,15 +2,14 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/testlog"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -18,44 +17,19 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
 )
-
-// lockedBuffer is a log destination safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *lockedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-// lines returns the lines written that contain s.
-func (w *lockedBuffer) lines(s string) []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []string
-	for l := range strings.SplitSeq(w.b.String(), "\n") {
-		if strings.Contains(l, s) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
 
 // startEndpoint serves the endpoint on a free loopback port with limits,
 // logging JSON to the returned buffer, until the test ends.
-func startEndpoint(t *testing.T, limits endpointLimits) (*endpoint, *lockedBuffer) {
+func startEndpoint(t *testing.T, limits endpointLimits) (*endpoint, *testlog.Buffer) {
 	t.Helper()
 	ep, err := listen("127.0.0.1:0", limits)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
-	ep.serve(prometheus.NewRegistry(), slog.New(slog.NewJSONHandler(logs, nil)))
+	log, logs := testlog.NewJSON(t, slog.LevelInfo)
+	ep.serve(prometheus.NewRegistry(), log)
 	t.Cleanup(ep.stop)
 	return ep, logs
 }
@@ -180,7 +154,7 @@ func TestEndpoint_ManyIdleConnectionsStayUnderTheCap(t *testing.T) {
 	if now, peak := ep.ln.open(); now > limit || peak > limit {
 		t.Errorf("the endpoint holds %d connections and held up to %d; the cap is %d", now, peak, limit)
 	}
-	if lines := logs.lines("connection cap"); len(lines) != 1 || !strings.Contains(lines[0], `"level":"WARN"`) ||
+	if lines := logs.Lines("connection cap"); len(lines) != 1 || !strings.Contains(lines[0], `"level":"WARN"`) ||
 		!strings.Contains(lines[0], `"max_connections":8`) || !strings.Contains(lines[0], "RELAY_HTTP_MAX_CONNECTIONS") {
 		t.Errorf("want one warning naming the cap and its variable (at most one a minute), got %q", lines)
 	}
@@ -349,14 +323,14 @@ func TestWarnExposedEndpoint(t *testing.T) {
 		{"0.0.0.0", true, false},
 		{"::", true, false},
 	} {
-		var logs lockedBuffer
+		log, logs := testlog.NewJSON(t, slog.LevelInfo)
 		environ := []string{"PATH=/usr/bin"}
 		if c.kubernetes {
 			environ = append(environ, "KUBERNETES_SERVICE_HOST=10.96.0.1")
 		}
 		addr := &net.TCPAddr{IP: net.ParseIP(c.ip), Port: 8461}
-		warnExposedEndpoint(slog.New(slog.NewJSONHandler(&logs, nil)), addr, environ)
-		lines := logs.lines("no authentication")
+		warnExposedEndpoint(log, addr, environ)
+		lines := logs.Lines("no authentication")
 		if c.warn && (len(lines) != 1 || !strings.Contains(lines[0], `"level":"WARN"`) || !strings.Contains(lines[0], "RELAY_HTTP_ADDR")) {
 			t.Errorf("%s, Kubernetes %v: want one warning naming RELAY_HTTP_ADDR, got %q", addr, c.kubernetes, lines)
 		}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
 )
 
 // What an operator meets in the first hour with the binary (issue 22):

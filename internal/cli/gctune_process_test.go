@@ -3,8 +3,8 @@ package cli
 import (
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/dbtest"
-	"github.com/outbox-relay/outbox-relay/internal/natstest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/natstest"
 )
 
 // TestProcess_GoCollectorSettings: the binary runs Go's collector at

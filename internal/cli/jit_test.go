@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
 )
 
 // The binary's connections run with PostgreSQL's JIT off, whatever the

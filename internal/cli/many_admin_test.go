@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
 )
 
 // The operator's commands with several outboxes configured: RELAY_SCHEMAS,

@@ -13,11 +13,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/outbox-relay/outbox-relay/internal/dbtest"
-	"github.com/outbox-relay/outbox-relay/internal/natstest"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/internal/waitfor"
-	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/natstest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/webhooktest"
 )
 
 // docs/guarantees.md's promise for RELAY_ORDERED, kept by real relay processes:

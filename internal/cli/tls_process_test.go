@@ -12,12 +12,12 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/outbox-relay/outbox-relay/internal/dbtest"
-	"github.com/outbox-relay/outbox-relay/internal/natstest"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/internal/tlstest"
-	"github.com/outbox-relay/outbox-relay/internal/waitfor"
-	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/natstest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/tlstest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/webhooktest"
 )
 
 // readyz returns /readyz's status and body once the endpoint is up.

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/dbtest"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/internal/waitfor"
-	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/webhooktest"
 )
 
 // A webhook outage spends no attempts: while the endpoint is down the

@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/dbtest"
-	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/webhooktest"
 )
 
 // refusingPort returns the address of a port on 127.0.0.1 that refuses

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outbox-relay/outbox-relay/internal/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
 )
 
 // likeLiteral escapes s for a LIKE pattern that matches s alone.

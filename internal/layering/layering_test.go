@@ -42,24 +42,27 @@ var allowed = []struct {
 	{"internal/cli", []string{"internal/fleet", "relay", "relay/admin", "sinks", "sinks/...", "outbox", "migrations", "internal/bench", "internal/gctune"}},
 	{"internal/fleet", []string{"relay", "outbox"}}, // one relay per outbox: never the CLI, never a sink
 	{"internal/bench", []string{"relay", "sinks", "sinks/nats", "outbox", "migrations"}},
-	{"internal/benchcmp", []string{"internal/bench", "internal/gctune", "relay", "outbox"}},
+	{"internal/benchkit/benchcmp", []string{"internal/bench", "internal/gctune", "relay", "outbox"}},
 	{"internal/gctune", nil}, // the Go collector's settings: the standard library only
-	{"internal/dbtest", []string{"migrations", "outbox"}},
-	{"internal/natstest", nil},
-	{"internal/kafkatest", nil},
-	{"internal/tlstest", nil},
-	{"internal/rabbitmqtest", []string{"internal/waitfor"}},
-	{"internal/relaytest", []string{"internal/dbtest", "internal/natstest", "internal/waitfor", "relay"}},
-	{"internal/webhooktest", []string{"sinks/sinktest"}},
-	{"internal/testlog", nil}, // the tests' logger: the standard library only
-	{"internal/waitfor", nil},
-	{"internal/yardstick", nil},
+	// The test kits and the developer benchmarks, grouped apart from what the
+	// binary contains (TestShippedBinaryLinksNoTestOnlyPackage).
+	{"internal/testkit/dbtest", []string{"migrations", "outbox"}},
+	{"internal/testkit/natstest", nil},
+	{"internal/testkit/kafkatest", nil},
+	{"internal/testkit/tlstest", nil},
+	{"internal/testkit/rabbitmqtest", []string{"internal/testkit/waitfor"}},
+	{"internal/testkit/relaytest", []string{"internal/testkit/dbtest", "internal/testkit/natstest", "internal/testkit/waitfor", "relay"}},
+	{"internal/testkit/webhooktest", []string{"sinks/sinktest"}},
+	{"internal/testkit/testlog", nil}, // the tests' logger: the standard library only
+	{"internal/testkit/waitfor", nil},
+	{"internal/benchkit/yardstick", nil},
 	{"examples", nil}, // its tests check the docs against the examples
 	{"examples/...", []string{"outbox"}},
 	{"internal/layering", nil},
 }
 
-// testOnly are packages the shipped binary must not link.
+// testOnly are packages the shipped binary must not link, besides every
+// package under testOnlyTrees.
 var testOnly = []string{
 	"testing",
 	"net/http/httptest",
@@ -68,18 +71,9 @@ var testOnly = []string{
 	"github.com/twmb/franz-go/pkg/kfake",
 	"go.opentelemetry.io/otel/sdk/trace/tracetest",
 	"github.com/standard-webhooks/standard-webhooks/libraries/go",
-	module + "/internal/dbtest",
-	module + "/internal/natstest",
-	module + "/internal/kafkatest",
-	module + "/internal/tlstest",
-	module + "/internal/rabbitmqtest",
-	module + "/internal/relaytest",
-	module + "/internal/webhooktest",
-	module + "/internal/testlog",
-	module + "/internal/waitfor",
 	module + "/sinks/sinktest",
-	module + "/internal/benchcmp",
-	module + "/internal/yardstick",
+	module + "/internal/benchkit/benchcmp",
+	module + "/internal/benchkit/yardstick",
 }
 
 func goList(t *testing.T, args ...string) []byte {
@@ -145,6 +139,10 @@ func TestImportRules(t *testing.T) {
 	}
 }
 
+// testOnlyTrees hold the test kits and the developer benchmarks, grouped
+// apart from what the binary contains.
+var testOnlyTrees = []string{module + "/internal/testkit/", module + "/internal/benchkit/"}
+
 func TestShippedBinaryLinksNoTestOnlyPackage(t *testing.T) {
 	deps := strings.Fields(string(goList(t, "-deps", module)))
 	if len(deps) < 50 {
@@ -153,6 +151,13 @@ func TestShippedBinaryLinksNoTestOnlyPackage(t *testing.T) {
 	for _, p := range testOnly {
 		if slices.Contains(deps, p) {
 			t.Errorf("the binary links %s, a test-only package", p)
+		}
+	}
+	for _, d := range deps {
+		for _, tree := range testOnlyTrees {
+			if strings.HasPrefix(d, tree) {
+				t.Errorf("the binary links %s, a package of the test kits or the benchmarks", d)
+			}
 		}
 	}
 }

@@ -7,11 +7,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/outbox-relay/outbox-relay/internal/dbtest"
-	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/internal/testlog"
-	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/kafkatest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/testlog"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	kafkasink "github.com/outbox-relay/outbox-relay/sinks/kafka"

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/kafkatest"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
 

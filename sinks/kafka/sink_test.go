@@ -10,8 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
-	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/kafkatest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	kafkasink "github.com/outbox-relay/outbox-relay/sinks/kafka"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"

@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/kafkatest"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	kafkasink "github.com/outbox-relay/outbox-relay/sinks/kafka"
 )

@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/outbox-relay/outbox-relay/internal/natstest"
-	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/natstest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	natssink "github.com/outbox-relay/outbox-relay/sinks/nats"

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/natstest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/natstest"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	natssink "github.com/outbox-relay/outbox-relay/sinks/nats"
 )

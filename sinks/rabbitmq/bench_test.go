@@ -6,10 +6,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/outbox-relay/outbox-relay/internal/dbtest"
-	"github.com/outbox-relay/outbox-relay/internal/rabbitmqtest"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/rabbitmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
 	"github.com/outbox-relay/outbox-relay/sinks/rabbitmq"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/outbox-relay/outbox-relay/internal/webhooktest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/webhooktest"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/bench"
-	"github.com/outbox-relay/outbox-relay/internal/dbtest"
-	"github.com/outbox-relay/outbox-relay/internal/natstest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/natstest"
 )
 
 // A relay process that exits before the backlog drains (one that refuses

@@ -2,7 +2,7 @@
 // are measured against: the speed a relay could reach on this machine,
 // database and NATS server, with nothing but the work every outbox relay
 // must do. It is a developer tool (make bench, the bench-* targets run it
-// through internal/benchcmp as the reference loop, "refloop"), not part of
+// through internal/benchkit/benchcmp as the reference loop, "refloop"), not part of
 // the shipped binary, and not a design to copy.
 //
 // What it does, in one process, on the database of -dsn and the NATS
@@ -55,6 +55,6 @@
 // verification without a drain: benchcmp subtracts that run's PostgreSQL
 // CPU from a full run's to get the drain's.
 //
-//	go build -o bin/refloop ./internal/yardstick
+//	go build -o bin/refloop ./internal/benchkit/yardstick
 //	bin/refloop -dsn postgres://postgres@127.0.0.1:5432/outbox_bench -nats nats://127.0.0.1:4222 -n 100000
 package main

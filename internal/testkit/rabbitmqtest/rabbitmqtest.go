@@ -24,7 +24,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/outbox-relay/outbox-relay/internal/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
 )
 
 // Addr is the broker the tests use; rabbitmqctl manages the node on this

@@ -1,30 +1,30 @@
 // Command benchcmp runs outbox-relay's benchmark and refloop, a reference
-// loop (by default the bare loop of internal/yardstick; make bench builds
+// loop (by default the bare loop of internal/benchkit/yardstick; make bench builds
 // it from REFLOOP), alternately on the same database and NATS server, and
 // prints each round and the median ratio. With -modes it runs
 // the relay in both its unordered and partitioned modes beside refloop
 // (modes.go). It is a developer tool (make bench, make bench-replicas), not
 // part of the shipped binary:
 //
-//	DATABASE_URL=… NATS_URL=… go run ./internal/benchcmp -refloop bin/refloop -rounds 5
-//	DATABASE_URL=… NATS_URL=… go run ./internal/benchcmp -refloop bin/refloop -modes -replicas 1,2,4,8 -burst -n 200000
+//	DATABASE_URL=… NATS_URL=… go run ./internal/benchkit/benchcmp -refloop bin/refloop -rounds 5
+//	DATABASE_URL=… NATS_URL=… go run ./internal/benchkit/benchcmp -refloop bin/refloop -modes -replicas 1,2,4,8 -burst -n 200000
 //
 // With -binary the relays are processes of the shipped binary, with their
 // defaults; -replicas N starts N of them one after another, -stagger apart
 // (make bench-processes):
 //
-//	DATABASE_URL=… NATS_URL=… go run ./internal/benchcmp -refloop bin/refloop -modes -binary bin/outbox-relay -replicas 4 -burst -n 200000
+//	DATABASE_URL=… NATS_URL=… go run ./internal/benchkit/benchcmp -refloop bin/refloop -modes -binary bin/outbox-relay -replicas 4 -burst -n 200000
 //
 // With -pin-horizon it runs the pinned-horizon benchmark instead
 // (pinhorizon.go, make bench-pin-horizon), on a PostgreSQL server of its
 // own:
 //
-//	go run ./internal/benchcmp -pin-horizon -binary bin/outbox-relay -refloop bin/refloop -duration 10m -pin-after 1m
+//	go run ./internal/benchkit/benchcmp -pin-horizon -binary bin/outbox-relay -refloop bin/refloop -duration 10m -pin-after 1m
 //
 // With -many-outboxes it runs the many-outboxes benchmark (many.go, make
 // bench-many-outboxes), on a server of its own as well:
 //
-//	go run ./internal/benchcmp -many-outboxes -binary bin/outbox-relay -outboxes 50 -duration 60s
+//	go run ./internal/benchkit/benchcmp -many-outboxes -binary bin/outbox-relay -outboxes 50 -duration 60s
 package main
 
 import (
@@ -52,7 +52,7 @@ import (
 )
 
 func main() {
-	refloop := flag.String("refloop", "bin/refloop", "path of the reference loop's binary (make bench builds internal/yardstick, or REFLOOP, there)")
+	refloop := flag.String("refloop", "bin/refloop", "path of the reference loop's binary (make bench builds internal/benchkit/yardstick, or REFLOOP, there)")
 	rounds := flag.Int("rounds", 5, "rounds of each")
 	mode := flag.String("mode", "backlog", "backlog | steady")
 	n := flag.Int("n", 100000, "number of events")
@@ -215,7 +215,7 @@ func parseCounts(list string) ([]int, error) {
 // and a baseline alternately, rounds
 // times each, on the same database and NATS server, and reports every run
 // and the median of the per-round ratios. The baseline is the reference
-// loop (refloop, built from internal/yardstick), or, when o fills the
+// loop (refloop, built from internal/benchkit/yardstick), or, when o fills the
 // archive or adds rows not yet due, the relay itself without them. Each
 // run's PostgreSQL CPU is measured over the whole run, inserts included,
 // when the server is local; with the binary, over the drain as well (for

@@ -16,7 +16,7 @@ import (
 
 // minWait is the shortest Wait: a timeout bounds how long a failing test
 // takes to say so, and a machine that runs other work beside the suite can
-// be many times slower than an idle one (as internal/waitfor's).
+// be many times slower than an idle one (as internal/testkit/waitfor's).
 const minWait = 30 * time.Second
 
 // New returns a text logger for t and the Buffer that keeps its records at

@@ -11,7 +11,7 @@ import (
 
 // result is the JSON line a run prints: the fields of the relay's bench
 // line (internal/bench.Result) that a loop without the relay's modes has,
-// so that internal/benchcmp reads both alike.
+// so that internal/benchkit/benchcmp reads both alike.
 type result struct {
 	Name          string         `json:"name"`
 	Events        int            `json:"events"`

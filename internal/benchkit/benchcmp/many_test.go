@@ -30,7 +30,7 @@ func serverForm(golden, schema string) string {
 // Every golden statement of the relay, as the server records it for any
 // outbox, is named after itself (or a golden statement equal to it).
 func TestLabelStatement(t *testing.T) {
-	dir := "../../relay/testdata"
+	dir := "../../../relay/testdata"
 	golden := goldenStatements(dir)
 	if len(golden) < 10 {
 		t.Fatalf("%d golden statements under %s", len(golden), dir)
@@ -167,7 +167,7 @@ func TestTrickleLatencies(t *testing.T) {
 func TestManyOutboxes(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "outbox-relay")
 	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Dir = "../.."
+	build.Dir = "../../.."
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the relay: %v\n%s", err, out)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/testlog"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/testlog"
 )
 
 // Many goroutines log at once: every record is kept whole, one a line

@@ -16,7 +16,7 @@ import (
 // The relay's claim statements in every mode (their golden files) and
 // refloop's are claims; nothing else the relay runs is.
 func TestIsClaimStatement(t *testing.T) {
-	files, err := filepath.Glob("../../relay/testdata/*/*.sql")
+	files, err := filepath.Glob("../../../relay/testdata/*/*.sql")
 	if err != nil || len(files) < 10 {
 		t.Fatalf("golden statements: %v, %d files", err, len(files))
 	}
@@ -79,15 +79,15 @@ outbox_relay_settle_duration_seconds_bucket{le="+Inf"} 7
 }
 
 // TestPinHorizon runs the benchmark for a few seconds at a small rate,
-// with the in-repository reference loop (internal/yardstick) as refloop,
+// with the in-repository reference loop (internal/benchkit/yardstick) as refloop,
 // on a PostgreSQL it starts with initdb: it fails, never skips, when
 // PostgreSQL is not installed (.ci/prerequisites installs it).
 func TestPinHorizon(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "outbox-relay")
 	refloop := filepath.Join(t.TempDir(), "refloop")
-	for target, pkg := range map[string]string{bin: ".", refloop: "./internal/yardstick"} {
+	for target, pkg := range map[string]string{bin: ".", refloop: "./internal/benchkit/yardstick"} {
 		build := exec.Command("go", "build", "-o", target, pkg)
-		build.Dir = "../.."
+		build.Dir = "../../.."
 		if out, err := build.CombinedOutput(); err != nil {
 			t.Fatalf("build %s: %v\n%s", pkg, err, out)
 		}

@@ -189,7 +189,7 @@ func runManyOutboxes(ctx context.Context, o manyOptions, w io.Writer) (*manyRepo
 		return nil, err
 	}
 	if o.Golden == "" {
-		o.Golden = findGolden("relay/testdata", "../../relay/testdata")
+		o.Golden = findGolden("relay/testdata", "../../../relay/testdata")
 	}
 	golden := goldenStatements(o.Golden)
 	rep := &manyReport{StartedAt: time.Now().UTC().Format(time.RFC3339), Options: o, LoadBefore: loadavg()}
