@@ -16,11 +16,16 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/kafkatest"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/natstest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/pubsubtest"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/rabbitmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/redistest"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/sqstest"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/webhooktest"
 	"github.com/outbox-relay/outbox-relay/sinks"
+	pubsubsink "github.com/outbox-relay/outbox-relay/sinks/pubsub"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
+	sqssink "github.com/outbox-relay/outbox-relay/sinks/sqs"
 )
 
 // The hostile-row suite through the real binary: every row the sinks'
@@ -90,6 +95,42 @@ var hostileSinks = []hostileSink{
 		return []string{"RABBITMQ_URL=" + v.URL, "RELAY_SINK=rabbitmq"}, func() map[string]int {
 			for _, d := range v.Take(t, "hostile") {
 				got[d.MessageId]++
+			}
+			return got
+		}
+	}},
+	{name: "pubsub", lost: "Pub/Sub cannot take deliveries", start: func(t *testing.T, db *dbtest.Schema) ([]string, func() map[string]int) {
+		srv := pubsubtest.Start(t)
+		srv.CreateTopic(t, sinktest.Topic)
+		return []string{"PUBSUB_PROJECT=" + pubsubtest.Project, "PUBSUB_EMULATOR_HOST=" + srv.Addr(), "RELAY_SINK=pubsub"}, func() map[string]int {
+			got := map[string]int{}
+			for _, m := range srv.Messages(sinktest.Topic) {
+				got[m.Attributes[pubsubsink.IdempotencyKeyAttribute]]++
+			}
+			return got
+		}
+	}},
+	{name: "redis", lost: "Redis does not answer", start: func(t *testing.T, db *dbtest.Schema) ([]string, func() map[string]int) {
+		srv := redistest.Start(t)
+		return []string{"REDIS_URL=" + srv.URL(), "RELAY_SINK=redis"}, func() map[string]int {
+			got := map[string]int{}
+			for _, e := range srv.AllEntries(t) {
+				if id, ok := e.Field("idempotency_key"); ok {
+					got[id]++
+				}
+			}
+			return got
+		}
+	}},
+	{name: "sqs", lost: "SQS cannot take deliveries", start: func(t *testing.T, db *dbtest.Schema) ([]string, func() map[string]int) {
+		srv := sqstest.Start(t)
+		u := srv.CreateQueue(t, "hostile.fifo", nil)
+		return append(sqsProcessEnv(srv), "SQS_QUEUE_URL="+u, "RELAY_SINK=sqs"), func() map[string]int {
+			got := map[string]int{}
+			for _, m := range srv.Received(t, u) {
+				if v, ok := m.MessageAttributes[sqssink.IdempotencyKeyAttribute]; ok && v.StringValue != nil {
+					got[*v.StringValue]++
+				}
 			}
 			return got
 		}

@@ -21,6 +21,9 @@ var sinkKinds = []sinkKind{
 	webhookKind,
 	kafkaKind,
 	rabbitmqKind,
+	pubsubKind,
+	redisKind,
+	sqsKind,
 }
 
 // sinkKind is one sink the binary has, as its file declares it.

@@ -30,6 +30,10 @@ var allowed = []struct {
 	{"migrations", []string{"outbox"}},
 	{"sinks", []string{"outbox"}},
 	{"sinks/sinktest", []string{"sinks", "outbox"}},
+	// The mapping of keys onto AWS message group and deduplication ids that
+	// the SQS sink (and the SNS sink, next) share.
+	{"sinks/internal/...", []string{"sinks", "outbox"}},
+	{"sinks/sqs", []string{"sinks", "outbox", "sinks/internal/awsids"}},
 	{"sinks/...", []string{"sinks", "outbox"}}, // each destination: never relay, never another sink
 	{"relay", []string{"sinks", "outbox", "relay/internal/..."}},
 	// A background concern or protocol of the engine (bucket ownership, the
@@ -49,8 +53,11 @@ var allowed = []struct {
 	{"internal/testkit/dbtest", []string{"migrations", "outbox"}},
 	{"internal/testkit/natstest", nil},
 	{"internal/testkit/kafkatest", nil},
+	{"internal/testkit/pubsubtest", nil},
 	{"internal/testkit/tlstest", nil},
 	{"internal/testkit/rabbitmqtest", []string{"internal/testkit/waitfor"}},
+	{"internal/testkit/redistest", nil},
+	{"internal/testkit/sqstest", nil},
 	{"internal/testkit/relaytest", []string{"internal/testkit/dbtest", "internal/testkit/natstest", "internal/testkit/waitfor", "relay"}},
 	{"internal/testkit/webhooktest", []string{"sinks/sinktest"}},
 	{"internal/testkit/testlog", nil}, // the tests' logger: the standard library only

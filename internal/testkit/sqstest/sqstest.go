@@ -1,0 +1,266 @@
+// Package sqstest runs an Amazon SQS emulator for tests: fauxqs (an npm
+// package, run with Node.js as a process of its own on a free loopback
+// port), which speaks the AWS JSON protocol the SDK for Go v2 uses and
+// has FIFO queues (MessageGroupId order, MessageDeduplicationId,
+// content-based dedup) and MaximumMessageSize.
+//
+// What fauxqs does not do, and the tests therefore cannot prove against
+// it: SQS's five-minute deduplication window (fauxqs dedups, but its
+// window is not SQS's), fair queues' per-group fairness, throttling,
+// the 10-attribute and attribute-name rules (fauxqs takes more), the
+// MessageGroupId and MessageDeduplicationId character rules, credentials
+// and IAM (it takes any). The sink's own tests check those mappings
+// against SQS's documented rules instead.
+//
+// fauxqs 1.9.2 runs on Node.js 20 (2.x needs 22.5). The kit looks for it
+// in $OUTBOX_RELAY_FAUXQS (the fauxqs program), then under
+// ~/.cache/outbox-relay/fauxqs, which .ci/prerequisites fills; without it
+// the tests fail, naming the command that installs it.
+package sqstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// Version is the fauxqs the kit runs.
+const Version = "1.9.2"
+
+// Region is the region the emulator's queues are in.
+const Region = "us-east-1"
+
+// Credentials are the (ignored) credentials tests send.
+var Credentials = credentials.NewStaticCredentialsProvider("test", "test", "")
+
+// Server is one fauxqs process.
+type Server struct {
+	bin  string
+	port int
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	queues map[string]map[string]string // name → attributes, for Start after Stop
+	got    map[string][]types.Message   // queue URL → every message received
+}
+
+// Program returns the path of the fauxqs program, or an error saying how
+// to install it.
+func Program() (string, error) {
+	if p := os.Getenv("OUTBOX_RELAY_FAUXQS"); p != "" {
+		return p, nil
+	}
+	home, err := os.UserHomeDir()
+	if err == nil {
+		p := filepath.Join(home, ".cache", "outbox-relay", "fauxqs", "node_modules", ".bin", "fauxqs")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("the SQS emulator fauxqs is not installed: run .ci/prerequisites, or npm install --prefix ~/.cache/outbox-relay/fauxqs fauxqs@%s (Node.js 20 or later), or set OUTBOX_RELAY_FAUXQS to its program", Version)
+}
+
+// Start starts a fauxqs on a free loopback port, stopped at cleanup.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := Program()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s := &Server{bin: bin, port: port, queues: map[string]map[string]string{}, got: map[string][]types.Message{}}
+	t.Cleanup(s.Stop)
+	s.Start(t)
+	return s
+}
+
+// Endpoint is the emulator's URL, for SQS_ENDPOINT.
+func (s *Server) Endpoint() string { return "http://127.0.0.1:" + strconv.Itoa(s.port) }
+
+// AccountURL is the queue URL of the emulator's account, ending in a
+// slash: the relay's SQS_QUEUE_URL for a queue per topic.
+func (s *Server) AccountURL() string { return s.Endpoint() + "/000000000000/" }
+
+// Start starts the emulator (again, after Stop, on the same port, with
+// the queues made before, empty).
+func (s *Server) Start(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return
+	}
+	cmd := exec.Command(s.bin)
+	cmd.Env = append(os.Environ(), "FAUXQS_PORT="+strconv.Itoa(s.port), "FAUXQS_HOST=127.0.0.1", "FAUXQS_LOGGER=false", "FAUXQS_DEFAULT_REGION="+Region)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if testing.Verbose() {
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start fauxqs (%s): %v", s.bin, err)
+	}
+	s.cmd = cmd
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(s.port), time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fauxqs did not listen on port %d within 30s", s.port)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for name, attrs := range s.queues {
+		if _, err := s.create(name, attrs); err != nil {
+			t.Fatalf("create queue %s again: %v", name, err)
+		}
+	}
+}
+
+// Stop kills the emulator; what it held is lost.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Client returns an SDK client for the emulator.
+func (s *Server) Client() *sqs.Client {
+	return sqs.New(sqs.Options{
+		Region:       Region,
+		Credentials:  Credentials,
+		BaseEndpoint: aws.String(s.Endpoint()),
+	})
+}
+
+// CreateQueue creates queue name with attrs (FifoQueue is set for a name
+// ending in .fifo) and returns its URL.
+func (s *Server) CreateQueue(t testing.TB, name string, attrs map[string]string) string {
+	t.Helper()
+	if attrs == nil {
+		attrs = map[string]string{}
+	}
+	if filepath.Ext(name) == ".fifo" {
+		attrs["FifoQueue"] = "true"
+	}
+	s.mu.Lock()
+	s.queues[name] = attrs
+	s.mu.Unlock()
+	u, err := s.create(name, attrs)
+	if err != nil {
+		t.Fatalf("create queue %s: %v", name, err)
+	}
+	return u
+}
+
+func (s *Server) create(name string, attrs map[string]string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := s.Client().CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
+	if err != nil {
+		return "", err
+	}
+	return aws.ToString(out.QueueUrl), nil
+}
+
+// Received returns every message queue url has had, in the order they were
+// received: it receives (and deletes) what is visible now and adds it to
+// what earlier calls received.
+func (s *Server) Received(t testing.TB, url string) []types.Message {
+	t.Helper()
+	cl := s.Client()
+	patience := time.Now().Add(2 * visibility)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out, err := cl.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(url),
+			MaxNumberOfMessages:         10,
+			MessageAttributeNames:       []string{"All"},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+			VisibilityTimeout:           int32(visibility / time.Second),
+		})
+		cancel()
+		if err != nil {
+			var nq *types.QueueDoesNotExist
+			if errors.As(err, &nq) {
+				break
+			}
+			t.Fatalf("receive from %s: %v", url, err)
+		}
+		if len(out.Messages) == 0 {
+			// A receive whose answer was lost (a retried request on a
+			// loaded machine) leaves its messages invisible, and their
+			// FIFO groups locked, for the visibility timeout: wait for
+			// them rather than report them missing.
+			if s.pending(cl, url) && time.Now().Before(patience) {
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			break
+		}
+		var del []types.DeleteMessageBatchRequestEntry
+		for i, m := range out.Messages {
+			del = append(del, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		dout, err := cl.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: del})
+		cancel()
+		if err != nil {
+			t.Fatalf("delete from %s: %v", url, err)
+		}
+		if len(dout.Failed) > 0 {
+			t.Fatalf("delete from %s: %s: %s", url, aws.ToString(dout.Failed[0].Code), aws.ToString(dout.Failed[0].Message))
+		}
+		s.mu.Lock()
+		s.got[url] = append(s.got[url], out.Messages...)
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]types.Message(nil), s.got[url]...)
+}
+
+// visibility is how long a message Received took stays invisible.
+const visibility = 5 * time.Second
+
+// pending reports whether queue url holds messages not yet visible.
+func (s *Server) pending(cl *sqs.Client, url string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	a, err := cl.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
+	return err == nil && a.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)] != "0"
+}
+
+// Purge forgets what queue url has received.
+func (s *Server) Purge(t testing.TB, url string) {
+	s.Received(t, url)
+	s.mu.Lock()
+	delete(s.got, url)
+	s.mu.Unlock()
+}
