@@ -89,7 +89,7 @@ func main() {
 	baseline := flag.Duration("baseline", 20*time.Second, "-many-outboxes: time the server alone is measured first (0 skips it)")
 	backlog := flag.Int("backlog", 200000, "-many-outboxes: rows due in schema hot")
 	trickleRate := flag.Float64("trickle-rate", 20, "-many-outboxes: rows per second into schema cold, one per transaction")
-	trickleAlone := flag.Duration("trickle-alone", 45*time.Second, "-many-outboxes: how long the trickle is measured once hot is empty")
+	trickleAlone := flag.Duration("trickle-alone", 45*time.Second, "-many-outboxes: how long the trickle is measured once hot is empty (longer, a minute at most, until 20 of its rows were committed)")
 	parts := flag.String("parts", "idle,fair", "-many-outboxes: the parts run, idle and/or fair")
 	flag.Parse()
 	// The in-process relays run with the binary's collector settings.

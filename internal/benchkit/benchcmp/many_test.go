@@ -208,7 +208,7 @@ func TestManyOutboxes(t *testing.T) {
 		t.Errorf("claims/s with the defaults %.1f, without backoff %.1f: no backoff seen", defaults.ClaimsPerS, noBackoff.ClaimsPerS)
 	}
 	f := rep.Fair
-	if f == nil || f.DrainS <= 0 || f.Alone.Rows < 20 || f.Alone.Missing > 0 || f.StreamMsgs < uint64(o.Backlog) {
+	if f == nil || f.DrainS <= 0 || f.Alone.Rows < minAloneRows || f.Alone.Missing > 0 || f.StreamMsgs < uint64(o.Backlog) {
 		t.Errorf("fairness: %+v", f)
 	}
 	data, err := os.ReadFile(report)
