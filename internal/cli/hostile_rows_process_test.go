@@ -25,6 +25,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/sinks"
 	pubsubsink "github.com/outbox-relay/outbox-relay/sinks/pubsub"
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
+	snssink "github.com/outbox-relay/outbox-relay/sinks/sns"
 	sqssink "github.com/outbox-relay/outbox-relay/sinks/sqs"
 )
 
@@ -129,6 +130,19 @@ var hostileSinks = []hostileSink{
 			got := map[string]int{}
 			for _, m := range srv.Received(t, u) {
 				if v, ok := m.MessageAttributes[sqssink.IdempotencyKeyAttribute]; ok && v.StringValue != nil {
+					got[*v.StringValue]++
+				}
+			}
+			return got
+		}
+	}},
+	{name: "sns", lost: "SNS cannot take deliveries", start: func(t *testing.T, db *dbtest.Schema) ([]string, func() map[string]int) {
+		srv := sqstest.Start(t)
+		arn, u := srv.CreateTopic(t, "hostile.fifo")
+		return append(snsProcessEnv(srv), "SNS_TOPIC_ARN="+arn, "RELAY_SINK=sns"), func() map[string]int {
+			got := map[string]int{}
+			for _, m := range srv.Received(t, u) {
+				if v, ok := m.MessageAttributes[snssink.IdempotencyKeyAttribute]; ok && v.StringValue != nil {
 					got[*v.StringValue]++
 				}
 			}

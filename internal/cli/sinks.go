@@ -24,6 +24,7 @@ var sinkKinds = []sinkKind{
 	pubsubKind,
 	redisKind,
 	sqsKind,
+	snsKind,
 }
 
 // sinkKind is one sink the binary has, as its file declares it.

@@ -31,9 +31,10 @@ var allowed = []struct {
 	{"sinks", []string{"outbox"}},
 	{"sinks/sinktest", []string{"sinks", "outbox"}},
 	// The mapping of keys onto AWS message group and deduplication ids that
-	// the SQS sink (and the SNS sink, next) share.
+	// the SQS and SNS sinks share.
 	{"sinks/internal/...", []string{"sinks", "outbox"}},
 	{"sinks/sqs", []string{"sinks", "outbox", "sinks/internal/awsids"}},
+	{"sinks/sns", []string{"sinks", "outbox", "sinks/internal/awsids"}},
 	{"sinks/...", []string{"sinks", "outbox"}}, // each destination: never relay, never another sink
 	{"relay", []string{"sinks", "outbox", "relay/internal/..."}},
 	// A background concern or protocol of the engine (bucket ownership, the

@@ -1,4 +1,4 @@
-// Package sqstest runs an Amazon SQS emulator for tests: fauxqs (an npm
+// Package sqstest runs an Amazon SQS (and SNS, sns.go) emulator for tests: fauxqs (an npm
 // package, run with Node.js as a process of its own on a free loopback
 // port), which speaks the AWS JSON protocol the SDK for Go v2 uses and
 // has FIFO queues (MessageGroupId order, MessageDeduplicationId,
@@ -55,6 +55,7 @@ type Server struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	queues map[string]map[string]string // name → attributes, for Start after Stop
+	topics map[string]bool              // SNS topics, each with its queue, for Start after Stop
 	got    map[string][]types.Message   // queue URL → every message received
 }
 
@@ -101,7 +102,7 @@ func (s *Server) Endpoint() string { return "http://127.0.0.1:" + strconv.Itoa(s
 func (s *Server) AccountURL() string { return s.Endpoint() + "/000000000000/" }
 
 // Start starts the emulator (again, after Stop, on the same port, with
-// the queues made before, empty).
+// the queues and topics made before, empty).
 func (s *Server) Start(t testing.TB) {
 	t.Helper()
 	s.mu.Lock()
@@ -134,6 +135,11 @@ func (s *Server) Start(t testing.TB) {
 	for name, attrs := range s.queues {
 		if _, err := s.create(name, attrs); err != nil {
 			t.Fatalf("create queue %s again: %v", name, err)
+		}
+	}
+	for name := range s.topics {
+		if _, err := s.createTopic(name); err != nil {
+			t.Fatalf("create topic %s again: %v", name, err)
 		}
 	}
 }

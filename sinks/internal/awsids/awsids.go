@@ -2,8 +2,8 @@
 // SQS and SNS FIFO take: MessageGroupId and MessageDeduplicationId. Both
 // are at most 128 characters of ASCII letters, digits and punctuation
 // (!"#$%&'()*+,-./:;<=>?@[\]^_`{|}~), so every printable ASCII character
-// but the space. The SQS sink uses it, and the SNS sink will, so that one
-// row gets the same ids whichever of them carries it.
+// but the space. The SQS and SNS sinks use it, so that one row gets the
+// same ids whichever of them carries it.
 //
 // The mapping is deterministic and injective in practice: a value that
 // fits (1 to 128 of those characters) and does not start with HashPrefix
