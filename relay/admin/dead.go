@@ -35,6 +35,10 @@ type DeadFilter struct {
 	Destination string
 	// Error is found anywhere in the error text, ignoring case.
 	Error string
+	// ErrorIs is the whole error text, matched exactly: with Reason, it
+	// selects one group of DeadGroups (a cause). Empty matches any error
+	// text (an empty one cannot be selected alone).
+	ErrorIs string
 	// Since selects dead letters that failed at or after it.
 	Since time.Time
 	// Limit takes at most this many, oldest failure first; 0 takes all.
@@ -47,7 +51,7 @@ type DeadFilter struct {
 // selects reports whether f narrows the selection (Limit does not, nor a
 // topic pattern that matches every topic).
 func (f DeadFilter) selects() bool {
-	return len(f.IDs) > 0 || topicSelects(f.Topic) || f.Key != "" || f.Reason != "" || f.Error != "" || !f.Since.IsZero() || f.Destination != ""
+	return len(f.IDs) > 0 || topicSelects(f.Topic) || f.Key != "" || f.Reason != "" || f.Error != "" || f.ErrorIs != "" || !f.Since.IsZero() || f.Destination != ""
 }
 
 // ErrUnknownReason is returned for a DeadFilter.Reason that is none of
@@ -71,7 +75,7 @@ func (f DeadFilter) args() pgx.StrictNamedArgs {
 	topic, topicPattern := topicParams(f.Topic)
 	return pgx.StrictNamedArgs{
 		"ids": ids, "topic": topic, "topic_pattern": topicPattern, "key": nullString(f.Key),
-		"reason": nullString(f.Reason), "error_pattern": containsPattern(f.Error), "since": nullTime(f.Since),
+		"reason": nullString(f.Reason), "error_pattern": containsPattern(f.Error), "error_is": nullString(f.ErrorIs), "since": nullTime(f.Since),
 		"limit": nullLimit(f.Limit), "destination": nullString(f.Destination),
 	}
 }

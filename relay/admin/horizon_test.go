@@ -82,4 +82,13 @@ func TestStatus_NamesWhoHoldsTheHorizon(t *testing.T) {
 	if st.Horizon.Holders[0].PID == nil || *st.Horizon.Holders[0].PID != *oldest.PID {
 		t.Errorf("holders %+v: the oldest xmin comes first", st.Horizon.Holders)
 	}
+
+	// Horizon reads the same listing alone.
+	hs, err := a.Horizon(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := hs.Oldest(); !hs.SeesAllSessions || o == nil || o.PID == nil || *o.PID != *oldest.PID || o.ApplicationName != "nightly-report" {
+		t.Errorf("Horizon: oldest %+v, sees all %v; want the session of pid %d", o, hs.SeesAllSessions, *oldest.PID)
+	}
 }

@@ -399,14 +399,38 @@ func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, 
 			t.Rows, t.RowsExact = exact.DeliveredKeys, true
 		}
 	}
-	for i := range st.Destinations {
-		d := &st.Destinations[i]
-		if d.OldestDueAt != nil {
-			d.OldestDueAgeSeconds = max(0, st.At.Sub(*d.OldestDueAt).Seconds())
-		}
-	}
+	dueAges(st.At, st.Destinations)
 	st.Horizon = horizonStatus(holders)
 	return st, nil
+}
+
+// dueAges sets each destination's OldestDueAgeSeconds: how long before at
+// its oldest due row became due.
+func dueAges(at time.Time, ds []DestinationStatus) {
+	for i := range ds {
+		d := &ds[i]
+		if d.OldestDueAt != nil {
+			d.OldestDueAgeSeconds = max(0, at.Sub(*d.OldestDueAt).Seconds())
+		}
+	}
+}
+
+// Horizon lists the oldest holders of the xmin horizon of the database
+// (of every schema in it, not only this one's), as Status does: the
+// transactions and replication slots that keep vacuum from removing dead
+// rows, oldest xmin first. It reads them in a read-only transaction of its
+// own, whose snapshot is not among them.
+func (a *Admin) Horizon(ctx context.Context) (HorizonStatus, error) {
+	var o horizon.Oldest
+	err := inTx(ctx, a.db, readOnly, func(tx pgx.Tx) error {
+		var err error
+		o, err = horizon.ReadOldest(ctx, tx, horizonHoldersListed)
+		return err
+	})
+	if err != nil {
+		return HorizonStatus{Holders: []HorizonHolder{}}, err
+	}
+	return horizonStatus(o), nil
 }
 
 // horizonStatus is the listing of the horizon's holders that Status

@@ -8,6 +8,7 @@ SELECT d.id, d.topic, coalesce(d.key, '') AS key, d.idempotency_key, coalesce(d.
    AND (@key::text IS NULL OR d.key = @key)
    AND (@reason::text IS NULL OR d.reason = @reason)
    AND (@error_pattern::text IS NULL OR d.error ILIKE @error_pattern)
+   AND (@error_is::text IS NULL OR d.error = @error_is)
    AND (@since::timestamptz IS NULL OR d.failed_at >= @since)
    AND (@destination::text IS NULL OR d.destination = @destination OR (@destination = '(default)' AND d.destination IS NULL))
  ORDER BY d.failed_at, d.id
