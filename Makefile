@@ -18,7 +18,7 @@ NATS_URL ?= nats://127.0.0.1:4222
 # the table to drop.
 REFLOOP ?= internal/benchkit/yardstick
 
-.PHONY: build test ci helm bench bench-binary bench-replicas bench-processes bench-pin-horizon bench-many-outboxes bench-instructions examples examples-run
+.PHONY: build test ci helm bench bench-binary bench-replicas bench-processes bench-pin-horizon bench-many-outboxes bench-console bench-instructions examples examples-run
 
 build:
 	.ci/build bin/outbox-relay
@@ -122,6 +122,19 @@ MANYFLAGS ?=
 bench-many-outboxes: build
 	go build -o bin/benchcmp ./internal/benchkit/benchcmp
 	bin/benchcmp -many-outboxes -binary bin/outbox-relay -outboxes $(OUTBOXES) -duration $(DURATION) -warmup $(WARMUP) -backlog $(BACKLOG) -trickle-rate $(TRICKLE) -trickle-alone $(ALONE) $(MANYFLAGS)
+
+# The web console's pages (issue 41; docs/benchmarks.md, "Console"), each
+# timed 20 times through the console's handler (relay/console:
+# BenchmarkPages, p50-ms and p99-ms beside ns/op) against the schema
+# console_bench of TEST_DATABASE_URL: 5 million archived rows over a week,
+# 100,000 dead letters, 20,000 pending rows. Seeding it takes minutes on two
+# cores; the schema is kept and reused (its archive brought up to now),
+# CONSOLEFLAGS=-console-reseed seeds it again. -v shows the seeding's log
+# (a benchmark with sub-benchmarks prints its own log only with -v).
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+CONSOLEFLAGS ?=
+bench-console:
+	TEST_DATABASE_URL="$(TEST_DATABASE_URL)" go test ./relay/console/ -run '^$$' -bench Pages -benchtime 20x -timeout 30m -v $(CONSOLEFLAGS)
 
 # The instructions PostgreSQL executes per inserted row (the outbox table
 # against refloop's bare table) and per claim and settle (run alone against

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -87,6 +88,15 @@ type registry struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 	q    registryQueries
+	// floorLag is the claim floor's last lag in seconds, recorded at each
+	// heartbeat; nil until the floor's first refresh.
+	floorLag atomic.Pointer[float64]
+}
+
+// setFloorLag keeps the claim floor's lag for the next heartbeat.
+func (g *registry) setFloorLag(d time.Duration) {
+	s := d.Seconds()
+	g.floorLag.Store(&s)
 }
 
 // registryQueries are the registry's statements, rendered.
@@ -224,7 +234,7 @@ func (g *registry) recordHeartbeat(ctx context.Context, db queryRower) (outbox.M
 	var recorded outbox.Mode
 	err := db.QueryRow(ctx, g.q.relaysHeartbeat, pgx.StrictNamedArgs{
 		"relay_id": g.cfg.ID, "version": g.cfg.Version, "mode": g.cfg.Mode, "notify": g.cfg.Notify,
-		"default_sink": g.cfg.DefaultSink, "sinks": g.cfg.sinkNames(),
+		"default_sink": g.cfg.DefaultSink, "sinks": g.cfg.sinkNames(), "claim_floor_lag": g.floorLag.Load(),
 	}).Scan(&recorded)
 	return recorded, err
 }

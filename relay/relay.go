@@ -103,7 +103,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		DB: pool, Statements: floor.Render(outbox.QuoteSchema(cfg.Schema), r.mode.oldestClaimable()),
 		ClaimPlan: r.engine.claims.plan, Lease: cfg.Lease, Logger: log, Redact: redactConnError,
 		IdlePause: func() time.Duration { return time.Duration(r.claims.idlePause.Load()) },
-		Hooks:     floor.Hooks{Lag: func(d time.Duration) { metrics.ClaimFloorLag.Set(d.Seconds()) }},
+		Hooks: floor.Hooks{Lag: func(d time.Duration) {
+			metrics.ClaimFloorLag.Set(d.Seconds())
+			r.registry.setFloorLag(d)
+		}},
 	})
 	r.engine.floor, r.engine.claims.floor = r.floor.State, r.floor.State
 	claimers := r.mode.claimers()

@@ -112,10 +112,11 @@ SET LOCAL lock_timeout = '10s'; LOCK TABLE {schema}.messages IN SHARE MODE`
 // returns the schema's mode.
 const queryRelaysHeartbeat = `
 WITH seen AS (
-    INSERT INTO {schema}.relays (id, version, mode, notify, default_sink, sinks)
-    VALUES (@relay_id, @version, @mode, @notify, @default_sink, @sinks::text[])
+    INSERT INTO {schema}.relays (id, version, mode, notify, default_sink, sinks, claim_floor_lag)
+    VALUES (@relay_id, @version, @mode, @notify, @default_sink, @sinks::text[], @claim_floor_lag::double precision)
     ON CONFLICT (id) DO UPDATE SET version = excluded.version, mode = excluded.mode, notify = excluded.notify,
-                                   default_sink = excluded.default_sink, sinks = excluded.sinks, last_seen = now()
+                                   default_sink = excluded.default_sink, sinks = excluded.sinks,
+                                   claim_floor_lag = excluded.claim_floor_lag, last_seen = now()
 )
 SELECT mode FROM {schema}.relay_mode`
 

@@ -59,6 +59,7 @@ func init() {
 		{"dead", "list, retry or purge dead letters: dead list|retry|purge", cmdDead},
 		{"replay", "send delivered (archived) rows again", cmdReplay},
 		{"cancel", "move pending rows of a key or topic to the dead letters", cmdCancel},
+		{"console", "serve the web console: outboxes, dead letters by cause, a key's history, the horizon", cmdConsole},
 		{"healthcheck", "probe /readyz (for Docker's HEALTHCHECK); exit 0 when ready", cmdHealthcheck},
 		{"bench", "measure drain rate or latency on a scratch schema", cmdBench},
 		{"version", "print the version", cmdVersion},

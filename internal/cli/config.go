@@ -17,6 +17,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/console"
 )
 
 // config is the whole configuration, read from the environment only. Each
@@ -67,6 +68,10 @@ type config struct {
 	// HTTPMaxConnections caps the endpoint's connections; its timeouts
 	// are fixed (endpoint.go).
 	HTTPMaxConnections int `env:"RELAY_HTTP_MAX_CONNECTIONS" envDefault:"256" doc:"Connections the endpoint (RELAY_HTTP_ADDR) holds open at once. At the cap, a new connection closes the one that has waited longest without a request (an idle keep-alive connection, or one that has sent nothing yet) and takes its place; while every one is in a request, the new one is closed at once: nothing waits in line, and a request in progress is never cut. With the endpoint's timeouts (docs/security.md, Endpoints), it bounds the memory clients can make the endpoint hold." allowed:"an integer from 1 to 65536"`
+
+	// Console and ConsoleSecret are the web console's (docs/console.md).
+	Console       bool   `env:"RELAY_CONSOLE" envDefault:"false" doc:"Serve the web console (docs/console.md) under /console/ on RELAY_HTTP_ADDR: every outbox at a glance, dead letters by cause, a key's history, who holds the horizon. It shows payload previews to whoever reaches the port: keep RELAY_HTTP_ADDR on loopback and port-forward, or put an authenticating proxy in front. outbox-relay console serves the same pages without a relay." allowed:"true or false"`
+	ConsoleSecret string `env:"RELAY_CONSOLE_SECRET" redact:"a secret" doc:"Turns the console's actions on (retry and purge dead letters, cancel a key's pending rows): an operator signs in by typing it. Unset, the console is read-only and refuses every action. Prefer RELAY_CONSOLE_SECRET_FILE." allowed:"at least 16 bytes, like the output of openssl rand -base64 24"`
 
 	// sinks holds the variables of each sink of sinkKinds, in its order
 	// (newSinkEnvs): loadConfig reads each, and configFields lists them
@@ -373,6 +378,12 @@ func (c *config) validate() error {
 		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 			return c.refuse("RELAY_HTTP_ADDR", "bad port")
 		}
+	}
+	if c.Console && c.HTTPAddr == "" {
+		return c.refuse("RELAY_CONSOLE", "the console is served on RELAY_HTTP_ADDR, which is empty")
+	}
+	if c.ConsoleSecret != "" && len(c.ConsoleSecret) < console.MinSecretLength {
+		return c.refuse("RELAY_CONSOLE_SECRET", fmt.Sprintf("%d bytes: too short", len(c.ConsoleSecret)))
 	}
 	if err := c.checkFileVars(); err != nil {
 		return err

@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/outbox-relay/outbox-relay/relay/console"
 )
 
 // endpoint serves /metrics, /livez and /readyz on RELAY_HTTP_ADDR. It
@@ -31,6 +33,9 @@ type endpoint struct {
 	srv    *http.Server
 	ready  atomic.Pointer[func(context.Context) error]
 	live   atomic.Pointer[func() error]
+	// console, when set before serve, is served under /console/
+	// (RELAY_CONSOLE).
+	console http.Handler
 }
 
 // The endpoint's bounds by default (docs/security.md, Endpoints, lists
@@ -143,6 +148,9 @@ func (e *endpoint) serve(gatherer prometheus.Gatherer, log *slog.Logger) {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	if e.console != nil {
+		mux.Handle(console.PrefixDefault+"/", e.console)
+	}
 	e.ln.full = e.logAtCap(log)
 	e.srv = &http.Server{
 		Handler:           mux,

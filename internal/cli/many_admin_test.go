@@ -127,9 +127,11 @@ func TestManyOutboxes_StatusOverviewOfAPattern(t *testing.T) {
 	}
 }
 
-func TestManyOutboxes_StatusOverviewOfTenants(t *testing.T) {
-	t.Parallel()
-	a, b := twoOutboxes(t)
+// tenantsWithOneDown returns the environment of a RELAY_TENANTS_FILE with
+// tenants acme (a's schema), beta (b's) and down (a database that refuses
+// connections).
+func tenantsWithOneDown(t *testing.T, a, b *dbtest.Schema) []string {
+	t.Helper()
 	file := writeTenants(t, `tenants:
   - name: acme
     database_url: ${TEST_DB}
@@ -141,7 +143,13 @@ func TestManyOutboxes_StatusOverviewOfTenants(t *testing.T) {
     database_url: `+closedDatabaseURL+`
     schemas: [outbox]
 `)
-	env := []string{"RELAY_TENANTS_FILE=" + file, "TEST_DB=" + a.URL}
+	return []string{"RELAY_TENANTS_FILE=" + file, "TEST_DB=" + a.URL}
+}
+
+func TestManyOutboxes_StatusOverviewOfTenants(t *testing.T) {
+	t.Parallel()
+	a, b := twoOutboxes(t)
+	env := tenantsWithOneDown(t, a, b)
 
 	code, stdout, stderr := runEnv(t, env, "status")
 	if code != exitFailure || !strings.Contains(stderr, "1 of 3 outboxes could not be read") {

@@ -55,12 +55,20 @@ type process struct {
 	addr  string
 }
 
-// startProcess runs the binary with env added to a minimal environment,
-// logging JSON, serving HTTP on a free port.
+// startProcess runs the binary's relay (run) with env added to a minimal
+// environment, logging JSON, serving HTTP on a free port.
 func startProcess(t *testing.T, env ...string) *process {
 	t.Helper()
-	cmd := exec.Command(binary, "run")
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "LOG_FORMAT=json", "RELAY_HTTP_ADDR=127.0.0.1:0"}, env...)
+	return startCommand(t, []string{"run"}, append([]string{"RELAY_HTTP_ADDR=127.0.0.1:0"}, env...)...)
+}
+
+// startCommand runs the binary with args (startProcess runs `run`),
+// logging JSON, with env added to a minimal environment; it is killed at
+// cleanup.
+func startCommand(t *testing.T, args []string, env ...string) *process {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "LOG_FORMAT=json"}, env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +84,7 @@ func startProcess(t *testing.T, env ...string) *process {
 			<-p.done
 		}
 		if t.Failed() {
-			t.Logf("relay log:\n%s", strings.Join(p.log(), "\n"))
+			t.Logf("%s log:\n%s", strings.Join(args, " "), strings.Join(p.log(), "\n"))
 		}
 	})
 	return p

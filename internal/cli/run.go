@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/fleet"
 	"github.com/outbox-relay/outbox-relay/internal/gctune"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/console"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
@@ -61,6 +62,19 @@ func cmdRun(ctx context.Context, inv *Invocation, args []string) error {
 			return err
 		}
 		defer ep.stop()
+		if s.Console {
+			ts, err := c.tenants(inv.Environ)
+			if err != nil {
+				return err
+			}
+			lister := newConsoleOutboxes(ts)
+			defer lister.close()
+			if ep.console, err = newConsole(&c, lister, "the relay (RELAY_CONSOLE)", log); err != nil {
+				return err
+			}
+			log.Info("serving the console", "path", console.PrefixDefault+"/", "actions", s.ConsoleSecret != "")
+			warnExposedConsole(log, ep.addr(), "RELAY_HTTP_ADDR")
+		}
 		ep.serve(registry, log)
 		warnExposedEndpoint(log, ep.addr(), inv.Environ)
 		ep.starting("starting: waiting for the database")

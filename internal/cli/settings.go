@@ -19,6 +19,10 @@ type settings struct {
 	Migrate            bool
 	HTTPAddr           string
 	HTTPMaxConnections int
+	// Console and ConsoleSecret are the web console's on the endpoint
+	// (RELAY_CONSOLE, RELAY_CONSOLE_SECRET).
+	Console       bool
+	ConsoleSecret string
 	// Outboxes are the databases and schemas the relay serves, and how
 	// (many-outbox settings, package fleet).
 	Outboxes outboxSettings
@@ -63,6 +67,8 @@ func settingsOf(c *config, version string) settings {
 		Migrate:            c.Migrate,
 		HTTPAddr:           c.HTTPAddr,
 		HTTPMaxConnections: c.HTTPMaxConnections,
+		Console:            c.Console,
+		ConsoleSecret:      c.ConsoleSecret,
 		LogLevel:           level,
 		LogFormat:          c.LogFormat,
 		Relay: relay.Config{

@@ -75,6 +75,8 @@ var sampleValues = map[string]string{
 	"RELAY_CLOUDEVENTS_SOURCE":           "/orders",
 	"RELAY_HTTP_ADDR":                    "127.0.0.1:9999",
 	"RELAY_HTTP_MAX_CONNECTIONS":         "64",
+	"RELAY_CONSOLE":                      "true",
+	"RELAY_CONSOLE_SECRET":               "bWFkZSB1cCBmb3IgdGhlIHRlc3Q=",
 	"NATS_URL":                           "nats://nats.internal:4222",
 	"NATS_JETSTREAM":                     "false",
 	"NATS_SUBJECT_PREFIX":                "events.",

@@ -318,10 +318,14 @@ func printRelays(w io.Writer, st *admin.StatusReport) {
 		return
 	}
 	tw := newTable(w)
-	fmt.Fprintln(tw, "RELAY\tVERSION\tMODE\tSTARTED\tLAST SEEN\tALIVE")
+	fmt.Fprintln(tw, "RELAY\tVERSION\tMODE\tSTARTED\tLAST SEEN\tALIVE\tCLAIM FLOOR LAG")
 	for _, r := range st.Relays {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", safe(r.ID), safe(r.Version), r.Mode,
-			relTime(&r.StartedAt, st.At), relTime(&r.LastSeen, st.At), yesNo(r.Alive))
+		lag := "-"
+		if r.ClaimFloorLagSeconds != nil {
+			lag = time.Duration(*r.ClaimFloorLagSeconds * float64(time.Second)).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safe(r.ID), safe(r.Version), r.Mode,
+			relTime(&r.StartedAt, st.At), relTime(&r.LastSeen, st.At), yesNo(r.Alive), lag)
 	}
 	tw.Flush()
 }

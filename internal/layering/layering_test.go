@@ -44,7 +44,9 @@ var allowed = []struct {
 	// (docs/development.md, "The engine's rule").
 	{"relay/internal/...", nil},
 	{"relay/admin", []string{"outbox", "relay/internal/horizon"}},
-	{"internal/cli", []string{"internal/fleet", "relay", "relay/admin", "sinks", "sinks/...", "outbox", "migrations", "internal/bench", "internal/gctune"}},
+	// The web console: pages over relay/admin, never the engine.
+	{"relay/console", []string{"relay/admin", "outbox"}},
+	{"internal/cli", []string{"internal/fleet", "relay", "relay/admin", "relay/console", "sinks", "sinks/...", "outbox", "migrations", "internal/bench", "internal/gctune"}},
 	{"internal/fleet", []string{"relay", "outbox"}}, // one relay per outbox: never the CLI, never a sink
 	{"internal/bench", []string{"relay", "sinks", "sinks/nats", "outbox", "migrations"}},
 	{"internal/benchkit/benchcmp", []string{"internal/bench", "internal/gctune", "relay", "outbox"}},
@@ -58,6 +60,7 @@ var allowed = []struct {
 	{"internal/testkit/tlstest", nil},
 	{"internal/testkit/rabbitmqtest", []string{"internal/testkit/waitfor"}},
 	{"internal/testkit/redistest", nil},
+	{"internal/testkit/browsertest", nil}, // a headless Chromium through chromedp
 	{"internal/testkit/sqstest", nil},
 	{"internal/testkit/relaytest", []string{"internal/testkit/dbtest", "internal/testkit/natstest", "internal/testkit/waitfor", "relay"}},
 	{"internal/testkit/webhooktest", []string{"sinks/sinktest"}},
@@ -79,6 +82,7 @@ var testOnly = []string{
 	"github.com/twmb/franz-go/pkg/kfake",
 	"go.opentelemetry.io/otel/sdk/trace/tracetest",
 	"github.com/standard-webhooks/standard-webhooks/libraries/go",
+	"github.com/chromedp/chromedp",
 	module + "/sinks/sinktest",
 	module + "/internal/benchkit/benchcmp",
 	module + "/internal/benchkit/yardstick",

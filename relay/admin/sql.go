@@ -94,9 +94,11 @@ SELECT m.minute, coalesce(a.delivered, 0) AS delivered, coalesce(a.deduplicated,
  ORDER BY 1`
 
 // queryRelaysStatus lists the relays registered on the schema, alive ones
-// first; a relay seen within @alive is alive.
+// first; a relay seen within @alive is alive. claim_floor_lag is what each
+// recorded at its last heartbeat.
 const queryRelaysStatus = `
-SELECT id, version, mode, started_at, last_seen, last_seen > now() - @alive::interval AS alive
+SELECT id, version, mode, started_at, last_seen, last_seen > now() - @alive::interval AS alive,
+       claim_floor_lag
   FROM {schema}.relays
  ORDER BY alive DESC, id`
 

@@ -187,6 +187,12 @@ type RelayStatus struct {
 	// Alive is set when the relay was seen within 30 seconds (it records a
 	// heartbeat every 10).
 	Alive bool `json:"alive" db:"alive"`
+	// ClaimFloorLagSeconds is how far below now the relay's claim floor
+	// lay at its last heartbeat (outbox_relay_claim_floor_lag_seconds):
+	// under a second while claims keep up; more while a due row waits
+	// unclaimed or a young transaction is in progress. Nil before the
+	// relay's first floor refresh.
+	ClaimFloorLagSeconds *float64 `json:"claim_floor_lag_seconds,omitempty" db:"claim_floor_lag"`
 }
 
 // BlockedKey is a key whose head (its oldest row) failed and holds up the
