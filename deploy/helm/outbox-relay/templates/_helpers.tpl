@@ -87,7 +87,7 @@ the secret variables of internal/cli (redact tag). values.schema.json lists
 the same names, and the chart's check keeps both in step with the binary.
 */}}
 {{- define "outbox-relay.fileVariables" -}}
-DATABASE_URL NATS_URL WEBHOOK_URL WEBHOOK_SECRET KAFKA_SASL_PASSWORD RABBITMQ_URL PUBSUB_CREDENTIALS REDIS_URL REDIS_PASSWORD OTEL_EXPORTER_OTLP_HEADERS
+DATABASE_URL NATS_URL WEBHOOK_URL WEBHOOK_SECRET KAFKA_SASL_PASSWORD RABBITMQ_URL PUBSUB_CREDENTIALS REDIS_URL REDIS_PASSWORD OTEL_EXPORTER_OTLP_HEADERS RELAY_CONSOLE_SECRET
 {{- end }}
 
 {{/* Refuses values that the relay would refuse at start, or that the chart owns. */}}
