@@ -37,6 +37,17 @@ func TestHostile_ProducersCannotWriteTheRelaysColumns(t *testing.T) {
 	relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, 21)
 }
 
+// A producer cannot forge a row's first error either: the guard resets it
+// with the relay's other columns.
+func TestHostile_ProducersCannotForgeTheFirstError(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, first_error) VALUES ('events.a', 'x', 'forger', 'forged')`)
+	if n := b.db.CountWhere(t, "messages", "idempotency_key = 'forger' AND first_error IS NULL"); n != 1 {
+		t.Errorf("the forged first_error was kept")
+	}
+}
+
 func TestHostile_KeysThatCannotTravelAreRefusedAtInsert(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

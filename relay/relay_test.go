@@ -3,8 +3,10 @@ package relay_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -409,6 +411,35 @@ func TestRelay_ExhaustedAttemptsGoToDeadLetters(t *testing.T) {
 	}
 	if reason != outbox.ReasonExhausted || attempts != 3 || errText == "" {
 		t.Errorf("dead letter: reason %q, attempts %d, error %q; want %q after 3 attempts with the error", reason, attempts, errText, outbox.ReasonExhausted)
+	}
+}
+
+// A dead letter keeps its first delivery error besides its last: what
+// went wrong first is often the cause, what went wrong last a symptom.
+func TestRelay_DeadLettersKeepTheFirstErrorAndTheLast(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	cfg.MaxAttempts = 3
+	cfg.BackoffMin, cfg.BackoffMax = 10*time.Millisecond, 10*time.Millisecond
+	var calls atomic.Int32
+	cfg.Sinks = map[string]sinks.Sink{"nats": &sinktest.Func{DeliverFunc: func(_ context.Context, msgs []sinks.Message) []error {
+		errs := make([]error, len(msgs))
+		for i := range errs {
+			errs[i] = fmt.Errorf("attempt %d failed", calls.Add(1))
+		}
+		return errs
+	}}}
+	relaytest.Start(t, b.db.Pool, cfg)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key) VALUES ('events.a', 'x', 'doomed')`)
+	relaytest.WaitDrained(t, b.db, 30*time.Second)
+	var first, last string
+	err := b.db.Pool.QueryRow(context.Background(), "SELECT first_error, error FROM "+b.db.Table("dead_letters")+" WHERE idempotency_key = 'doomed'").Scan(&first, &last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(first, "attempt 1 failed") || !strings.Contains(last, "attempt 3 failed") {
+		t.Errorf("dead letter: first error %q, last %q; want attempt 1's and attempt 3's", first, last)
 	}
 }
 

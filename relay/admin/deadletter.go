@@ -31,6 +31,10 @@ type DeadLetterDetail struct {
 	// null as "null"), and headers that are not a JSON object as one
 	// entry named "" holding their text.
 	Headers map[string]string `json:"headers" db:"headers"`
+	// FirstError is the row's first delivery error, when it failed more
+	// than once (migration 20; empty for letters dead-lettered on their
+	// only failure, and for those of earlier versions). Error is the last.
+	FirstError string `json:"first_error,omitempty" db:"first_error"`
 	// AvailableAt is, for a cancelled row, when it was due (RetryDead puts
 	// it back delayed while that is ahead); nil for others.
 	AvailableAt *time.Time `json:"available_at,omitempty" db:"available_at"`

@@ -333,7 +333,8 @@ SELECT g.reason, g.error, g.count, g.first_failed_at, g.last_failed_at, g.topics
  ORDER BY g.count DESC, g.last_failed_at DESC, g.reason, g.error`
 
 // queryDeadLetterDetail returns the dead letter @id with its headers, its
-// available_at and the first @preview bytes of its payload (substring
+// first error (empty when it failed once), its available_at and the first
+// @preview bytes of its payload (substring
 // reads no more of a payload stored out of line than it returns). Headers
 // that are a JSON object are returned as an object of strings: a value
 // that is not a string as its JSON text ("null" for null); headers that
@@ -341,7 +342,8 @@ SELECT g.reason, g.error, g.count, g.first_failed_at, g.last_failed_at, g.topics
 // their text; SQL and JSON null as NULL.
 const queryDeadLetterDetail = `
 SELECT d.id, d.topic, coalesce(d.key, '') AS key, d.idempotency_key, coalesce(d.destination, '') AS destination,
-       d.attempts, d.reason, d.error, d.failed_at, d.created_at, octet_length(d.payload) AS payload_bytes,
+       d.attempts, d.reason, d.error, coalesce(d.first_error, '') AS first_error, d.failed_at, d.created_at,
+       octet_length(d.payload) AS payload_bytes,
        CASE WHEN jsonb_typeof(d.headers) = 'object'
             THEN coalesce((SELECT jsonb_object_agg(h.key, coalesce(h.value, 'null')) FROM jsonb_each_text(d.headers) AS h), '{}')
             WHEN jsonb_typeof(d.headers) <> 'null'
@@ -504,11 +506,12 @@ WITH matched AS (
      USING picked
      WHERE m.id = picked.id
     RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
-              m.created_at, m.attempts, m.available_at
+              m.created_at, m.attempts, m.available_at, coalesce(m.first_error, m.last_error) AS first_error
 ), dead AS (
     INSERT INTO {schema}.dead_letters (id, topic, payload, key, headers, idempotency_key, destination,
-                                       created_at, attempts, reason, error, available_at)
-    SELECT id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, @reason::text, @error::text, available_at
+                                       created_at, attempts, reason, error, available_at, first_error)
+    SELECT id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, @reason::text, @error::text, available_at,
+           first_error
       FROM cancelled
     RETURNING 1
 )

@@ -37,6 +37,7 @@ SELECT -1000 - i, CASE WHEN i % 2 = 0 THEN '<script>alert(1)</script>' ELSE 'pay
        'order-1', jsonb_build_object('x-note', 'a' || chr(8238) || 'b'), 'd-' || i, now(), 3,
        CASE WHEN i % 2 = 0 THEN 'permanent' ELSE 'exhausted' END, 'webhook: HTTP 422 "onerror=alert(3)'
   FROM generate_series(1, 6) AS i`)
+	db.Exec(t, `UPDATE %s.dead_letters SET first_error = 'webhook: HTTP 503 at first' WHERE id = -1001`)
 	db.Exec(t, `INSERT INTO %s.relays (id, version, mode, started_at, last_seen, claim_floor_lag) VALUES
 ('relay-alive', 'v1', 'unordered', now() - interval '1 hour', now(), 0.25),
 ('relay-gone', 'v1', 'unordered', now() - interval '2 hours', now() - interval '10 minutes', NULL)`)
@@ -89,7 +90,7 @@ func TestEveryPageRendersAHostileOutboxAsText(t *testing.T) {
 		{base, []string{"relay-gone", "not seen for 10m", "250ms", "webhook: HTTP 503"}},
 		{base + "dead", []string{"6 in 2 groups", "&#34;onerror=alert(3)"}},
 		{base + "dead/letters?" + group.Encode(), []string{"3 matched", "&lt;script&gt;alert(1)&lt;/script&gt;"}},
-		{base + "dead/-1001", []string{"&lt;img src=x onerror=alert(2)&gt;", "a⟨U&#43;202E⟩b", "payments.refund"}},
+		{base + "dead/-1001", []string{"&lt;img src=x onerror=alert(2)&gt;", "a⟨U&#43;202E⟩b", "payments.refund", "First error", "webhook: HTTP 503 at first"}},
 		{base + "dead/-1003", []string{"00 ff", "Not printable text"}},
 		{base + "key?key=order-1", []string{"delivered", "pending", "dead letter"}},
 	} {

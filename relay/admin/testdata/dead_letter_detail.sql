@@ -1,5 +1,6 @@
 SELECT d.id, d.topic, coalesce(d.key, '') AS key, d.idempotency_key, coalesce(d.destination, '') AS destination,
-       d.attempts, d.reason, d.error, d.failed_at, d.created_at, octet_length(d.payload) AS payload_bytes,
+       d.attempts, d.reason, d.error, coalesce(d.first_error, '') AS first_error, d.failed_at, d.created_at,
+       octet_length(d.payload) AS payload_bytes,
        CASE WHEN jsonb_typeof(d.headers) = 'object'
             THEN coalesce((SELECT jsonb_object_agg(h.key, coalesce(h.value, 'null')) FROM jsonb_each_text(d.headers) AS h), '{}')
             WHEN jsonb_typeof(d.headers) <> 'null'

@@ -18,11 +18,12 @@ WITH matched AS (
      USING picked
      WHERE m.id = picked.id
     RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
-              m.created_at, m.attempts, m.available_at
+              m.created_at, m.attempts, m.available_at, coalesce(m.first_error, m.last_error) AS first_error
 ), dead AS (
     INSERT INTO "outbox".dead_letters (id, topic, payload, key, headers, idempotency_key, destination,
-                                       created_at, attempts, reason, error, available_at)
-    SELECT id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, @reason::text, @error::text, available_at
+                                       created_at, attempts, reason, error, available_at, first_error)
+    SELECT id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, @reason::text, @error::text, available_at,
+           first_error
       FROM cancelled
     RETURNING 1
 )

@@ -19,6 +19,7 @@ WITH archived AS (
            leased_until = NULL,
            available_at = now() + r.delay_us * interval '1 microsecond',
            last_error = coalesce(r.error, m.last_error),
+           first_error = coalesce(m.first_error, r.error),
            attempts = greatest(m.attempts - CASE WHEN r.release THEN 1 ELSE 0 END, 0)
       FROM unnest(@requeue_ids::bigint[], @requeue_seqs::int[], @requeue_delay_us::bigint[], @requeue_errors::text[], @requeue_release::bool[])
            AS r(id, claim_seq, delay_us, error, release)
@@ -29,17 +30,18 @@ WITH archived AS (
      USING unnest(@dead_ids::bigint[], @dead_seqs::int[], @dead_reasons::text[], @dead_errors::text[]) AS d(id, claim_seq, reason, error)
      WHERE m.id = ANY (@dead_ids::bigint[]) AND m.id = d.id AND m.claim_seq = d.claim_seq
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
-           m.created_at, m.attempts, d.reason, d.error
+           m.created_at, m.attempts, d.reason, d.error, m.first_error
 ), dead_ids AS MATERIALIZED (
     SELECT d.*, CASE WHEN t.id IS NULL THEN d.id ELSE nextval('"outbox".messages_id_seq') END AS dead_id
       FROM dead AS d
       LEFT JOIN "outbox".dead_letters AS t ON t.id = d.id
 ), dead_insert AS (
     INSERT INTO "outbox".dead_letters (id, topic, payload, key, headers, idempotency_key, destination,
-                                    created_at, attempts, reason, error)
+                                    created_at, attempts, reason, error, first_error)
     SELECT dead_id, topic, payload, key, headers, idempotency_key, destination, created_at, attempts, reason,
            CASE WHEN dead_id = id THEN error
-                ELSE error || ' [dead-lettered as ' || dead_id || ': id ' || id || ' was a dead letter''s already]' END
+                ELSE error || ' [dead-lettered as ' || dead_id || ': id ' || id || ' was a dead letter''s already]' END,
+           first_error
       FROM dead_ids
 )
 SELECT coalesce((SELECT array_agg(id) FROM archived), '{}'),
