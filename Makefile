@@ -56,32 +56,43 @@ bench:
 bench-binary: build
 	$(MAKE) bench BENCHFLAGS='-binary bin/outbox-relay $(BENCHFLAGS)'
 
-# Drain rate and latency with 1, 2, 4 and 8 relays (REPLICAS) in both
-# modes, unordered (every relay claims from the whole table with SKIP
-# LOCKED) and partitioned, beside refloop with two workers per relay, round
-# by round: a backlog of 200k events due at one shared timestamp, then a
-# steady 2000 events/s for 20 s. Each prints its rounds, then a table of
-# medians with partitioned / unordered and each against refloop. Estimated
-# from smaller runs: about 20 minutes on two cores with 3 rounds (about 14
-# with REPLICA_ROUNDS=2); 8 relays hold up to 72 connections.
-# REPLICA_BACKLOG and REPLICA_STEADY (events, at 2000/s) shrink it for a
-# smoke run.
+# Drain rate and latency with 1, 2, 4 and 8 relays (REPLICAS) in each
+# mode, unordered (every relay claims from the whole table with SKIP
+# LOCKED), ordered and partitioned, beside refloop with two workers per
+# relay, round by round: a backlog of 200k events due at one shared
+# timestamp, then a steady 2000 events/s for 20 s. The backlog runs every
+# mode twice, on rows without a key and on rows with KEYS keys in
+# KEY_ORDER (interleaved: row i has key i mod KEYS, as producers write
+# them; grouped: each key's rows consecutive; KEYS=0: unkeyed rows only);
+# refloop takes no keys and runs unkeyed rows. The steady stream's rows
+# carry no key. Each prints its rounds, then a table of medians per mode
+# and rows: against unordered mode on the same rows and against refloop.
+# Estimated from smaller runs before the keyed rows and ordered mode were
+# added (about 20 minutes on two cores with 3 rounds, about 14 with
+# REPLICA_ROUNDS=2): the backlog part now runs 7 contenders a round instead
+# of 3, so expect it to take more than twice as long; 8 relays hold up to
+# 72 connections. REPLICA_BACKLOG and REPLICA_STEADY (events, at 2000/s)
+# shrink it for a smoke run.
 REPLICAS ?= 1,2,4,8
 REPLICA_ROUNDS ?= 3
 REPLICA_BACKLOG ?= 200000
 REPLICA_STEADY ?= 40000
+KEYS ?= 5000
+KEY_ORDER ?= interleaved
 bench-replicas:
-	$(MAKE) bench ROUNDS=$(REPLICA_ROUNDS) BENCHFLAGS='-modes -replicas $(REPLICAS) -mode backlog -burst -n $(REPLICA_BACKLOG)'
+	$(MAKE) bench ROUNDS=$(REPLICA_ROUNDS) BENCHFLAGS='-modes -replicas $(REPLICAS) -mode backlog -burst -n $(REPLICA_BACKLOG) -keys $(KEYS) -key-order $(KEY_ORDER)'
 	$(MAKE) bench ROUNDS=$(REPLICA_ROUNDS) BENCHFLAGS='-modes -replicas $(REPLICAS) -mode steady -rate 2000 -n $(REPLICA_STEADY)'
 
 # The 200k burst drained by PROCESSES relay processes of the shipped binary
 # with their defaults, started one after another STAGGER apart as users
-# start them, in both modes and beside refloop, round by round (benchcmp
-# -modes -binary): the time from the first exec to an empty table.
+# start them, in each mode (unordered, ordered, partitioned) on rows
+# without a key and on rows with KEYS keys in KEY_ORDER, beside refloop
+# (unkeyed rows), round by round (benchcmp -modes -binary): the time from
+# the first exec to an empty table.
 PROCESSES ?= 4
 STAGGER ?= 1s
 bench-processes: build
-	$(MAKE) bench ROUNDS=$(REPLICA_ROUNDS) BENCHFLAGS='-modes -binary bin/outbox-relay -replicas $(PROCESSES) -stagger $(STAGGER) -mode backlog -burst -n $(REPLICA_BACKLOG)'
+	$(MAKE) bench ROUNDS=$(REPLICA_ROUNDS) BENCHFLAGS='-modes -binary bin/outbox-relay -replicas $(PROCESSES) -stagger $(STAGGER) -mode backlog -burst -n $(REPLICA_BACKLOG) -keys $(KEYS) -key-order $(KEY_ORDER)'
 
 # The pinned-horizon benchmark (issue 21; benchcmp -pin-horizon): the
 # shipped binary with its defaults and refloop, each on its own database

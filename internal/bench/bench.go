@@ -70,9 +70,14 @@ type Options struct {
 	NotDue int
 	// Progress, when set, receives a progress line every second.
 	Progress io.Writer
-	// Keys, when set, gives the rows that many ordering keys, interleaved
-	// (row i has key i mod Keys), so that each key has N/Keys events.
+	// Keys, when set, gives the backlog's rows that many ordering keys, so
+	// that each key has about N/Keys events, in the order KeyOrder says
+	// (KeyOf).
 	Keys int
+	// KeyOrder is how the keys of the backlog's rows follow one another:
+	// KeyInterleaved (the default: row i has key i mod Keys, as producers
+	// write them) or KeyGrouped (each key's rows consecutive).
+	KeyOrder string
 	// Burst, in backlog mode, gives every row of the backlog the same
 	// available_at, a second before the load (the database's clock), as a
 	// batch of renewals all due at midnight would have. Otherwise the rows
@@ -108,6 +113,7 @@ type Result struct {
 	DeliveryMode  outbox.Mode    `json:"delivery_mode"`
 	Replicas      int            `json:"replicas"`
 	Keys          int            `json:"keys,omitempty"`
+	KeyOrder      string         `json:"key_order,omitempty"`
 	Batch         int            `json:"batch"`
 	PayloadBytes  int            `json:"payload_bytes"`
 	InsertSeconds float64        `json:"insert_seconds,omitempty"`
@@ -132,6 +138,10 @@ const (
 	// ExtraDeliveriesPerRelay lists, with several replicas, how many
 	// messages each delivered (bench-1 first).
 	ExtraDeliveriesPerRelay = "deliveries_per_relay"
+	// ExtraOutOfOrder is, for keyed rows in ordered and partitioned mode,
+	// the number of messages the stream holds after a later row of their
+	// key (streamOutOfKeyOrder); a run with any does not verify.
+	ExtraOutOfOrder = "out_of_key_order"
 )
 
 // MaxReplicas bounds Options.Replicas: a relay past the number of buckets
@@ -149,8 +159,40 @@ func (o Options) Validate() error {
 		return fmt.Errorf("-replicas %d: want 1 to %d", o.Replicas, MaxReplicas)
 	case o.Burst && o.Mode != "backlog":
 		return errors.New("-burst shapes the backlog: it needs -mode backlog")
+	case o.Keys < 0:
+		return fmt.Errorf("-keys %d: want 0 (rows without a key) or more", o.Keys)
+	case o.KeyOrder != "" && o.KeyOrder != KeyInterleaved && o.KeyOrder != KeyGrouped:
+		return fmt.Errorf("-key-order %q: want %s or %s", o.KeyOrder, KeyInterleaved, KeyGrouped)
 	}
 	return nil
+}
+
+// The orders of the keys of a backlog's rows (Options.KeyOrder).
+const (
+	// KeyInterleaved gives row i key i mod keys: the keys take turns, as
+	// the rows of many producers arrive.
+	KeyInterleaved = "interleaved"
+	// KeyGrouped gives each key a run of consecutive rows: row i has key
+	// i*keys/n, so that the runs differ by one row at most.
+	KeyGrouped = "grouped"
+)
+
+// KeyOf is the key (0 to keys-1) of row row (0 to n-1) of a backlog of n
+// rows over keys keys in order (KeyInterleaved when empty).
+func KeyOf(row, n, keys int, order string) int {
+	if order == KeyGrouped && n > 0 {
+		return int(int64(row) * int64(keys) / int64(n))
+	}
+	return row % keys
+}
+
+// keyName is the key column of row row of o's backlog, nil without keys.
+func keyName(o Options, row int) *string {
+	if o.Keys <= 0 {
+		return nil
+	}
+	k := "key-" + strconv.Itoa(KeyOf(row, o.N, o.Keys, o.KeyOrder))
+	return &k
 }
 
 // DeliveryMode names the mode relays configured by c run: unordered,
@@ -176,6 +218,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	res := Result{
 		Name: "outbox-relay", Mode: o.Mode, PayloadBytes: o.PayloadBytes, Label: o.Label,
 		Ordered: DeliveryMode(o.Relay) == outbox.ModeOrdered, DeliveryMode: DeliveryMode(o.Relay), Replicas: o.Replicas, Keys: o.Keys,
+		KeyOrder:   KeyOrderOf(o),
 		Batch:      cmp.Or(o.Relay.BatchSize, relay.BatchSizeDefault),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), StartedAt: time.Now().UTC().Format(time.RFC3339),
 		Extra: map[string]any{},
@@ -338,6 +381,9 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		return err
 	}
 	res.Extra["outbox_left"], res.Extra["archived"], res.Extra["stream_msgs"] = v.left, v.archived, v.msgs
+	if v.outOfOrder >= 0 {
+		res.Extra[ExtraOutOfOrder] = v.outOfOrder
+	}
 	if rss, ok := peakRSS(); ok {
 		res.Extra["peak_rss_mb"] = round(float64(rss)/(1<<20), 1)
 	}
@@ -484,12 +530,8 @@ func preload(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 		if i >= o.N {
 			return nil, nil
 		}
+		key := keyName(o, i)
 		i++
-		var key *string
-		if o.Keys > 0 {
-			k := "key-" + strconv.Itoa(i%o.Keys)
-			key = &k
-		}
 		var idem *string
 		if o.ChosenKeys {
 			k := "bench-" + strconv.Itoa(i)
@@ -734,14 +776,22 @@ func PrepareBacklog(ctx context.Context, o Options) error {
 }
 
 // Verify reports whether a run on the scratch schema and stream delivered
-// exactly o.N rows (verify).
-func Verify(ctx context.Context, o Options) (bool, error) {
+// exactly o.N rows and, for keyed rows in ordered and partitioned mode,
+// settled each key's rows in order (verify). It records what it counted in
+// extra when that is not nil.
+func Verify(ctx context.Context, o Options, extra map[string]any) (bool, error) {
 	pool, err := pgxpool.New(ctx, o.DatabaseURL)
 	if err != nil {
 		return false, err
 	}
 	defer pool.Close()
 	v, err := verify(ctx, pool, o)
+	if err == nil && extra != nil {
+		extra["outbox_left"], extra["archived"], extra["stream_msgs"] = v.left, v.archived, v.msgs
+		if v.outOfOrder >= 0 {
+			extra[ExtraOutOfOrder] = v.outOfOrder
+		}
+	}
 	return v.ok, err
 }
 
@@ -750,7 +800,25 @@ func Verify(ctx context.Context, o Options) (bool, error) {
 type verification struct {
 	left, archived int64
 	msgs           uint64
-	ok             bool // none left, o.N archived, o.N in the stream
+	// outOfOrder, for keyed rows in ordered and partitioned mode, counts
+	// the messages in the stream that came after a later row of their key
+	// (streamOutOfKeyOrder); -1 when not checked.
+	outOfOrder int64
+	ok         bool // none left, o.N archived, o.N in the stream, none out of order
+}
+
+// keyOrdered reports whether the relays of o keep each key's rows in
+// order: keyed rows in ordered or partitioned mode.
+func keyOrdered(o Options) bool {
+	return o.Keys > 0 && DeliveryMode(o.Relay) != outbox.ModeUnordered
+}
+
+// KeyOrderOf is the order of the keys of o's rows, empty without keys.
+func KeyOrderOf(o Options) string {
+	if o.Keys <= 0 {
+		return ""
+	}
+	return cmp.Or(o.KeyOrder, KeyInterleaved)
 }
 
 func verify(ctx context.Context, pool *pgxpool.Pool, o Options) (verification, error) {
@@ -762,7 +830,62 @@ func verify(ctx context.Context, pool *pgxpool.Pool, o Options) (verification, e
 	if err != nil {
 		return verification{}, err
 	}
-	v := verification{left: left - int64(o.NotDue), archived: archived - int64(o.Archived), msgs: msgs}
-	v.ok = v.left == 0 && v.archived == int64(o.N) && v.msgs == uint64(o.N)
+	v := verification{left: left - int64(o.NotDue), archived: archived - int64(o.Archived), msgs: msgs, outOfOrder: -1}
+	if keyOrdered(o) && v.msgs == uint64(o.N) {
+		if v.outOfOrder, err = streamOutOfKeyOrder(ctx, o); err != nil {
+			return verification{}, fmt.Errorf("check per-key order: %w", err)
+		}
+	}
+	v.ok = v.left == 0 && v.archived == int64(o.N) && v.msgs == uint64(o.N) && v.outOfOrder <= 0
 	return v, nil
+}
+
+// streamOutOfKeyOrder reads the headers of the o.N messages of the stream,
+// in the stream's order, and counts those that came after a later row of
+// their key: the row's sequence number is in its trace-id header (headers)
+// and its key follows from it (KeyOf). Headers only, with one ordered
+// consumer: about a second for 200k messages.
+func streamOutOfKeyOrder(ctx context.Context, o Options) (int64, error) {
+	nc, err := nats.Connect(o.NatsURL)
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, err
+	}
+	cons, err := js.OrderedConsumer(ctx, Stream, jetstream.OrderedConsumerConfig{HeadersOnly: true})
+	if err != nil {
+		return 0, err
+	}
+	last := make([]int64, o.Keys) // the last sequence number seen of each key
+	var outOfOrder int64
+	for read := 0; read < o.N; {
+		batch, err := cons.Fetch(min(o.N-read, 5000), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return 0, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			seq, err := strconv.ParseInt(m.Headers().Get("trace-id"), 16, 64)
+			if err != nil || seq < 1 || seq > int64(o.N) {
+				return 0, fmt.Errorf("message %d of the stream: trace-id %q is no row of the backlog", read+got, m.Headers().Get("trace-id"))
+			}
+			k := KeyOf(int(seq-1), o.N, o.Keys, o.KeyOrder)
+			if seq < last[k] {
+				outOfOrder++
+			}
+			last[k] = max(last[k], seq)
+		}
+		if err := batch.Error(); err != nil {
+			return 0, err
+		}
+		if got == 0 {
+			return 0, fmt.Errorf("the stream gave %d of %d messages", read, o.N)
+		}
+		read += got
+	}
+	return outOfOrder, nil
 }

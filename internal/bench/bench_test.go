@@ -27,6 +27,7 @@ func TestBench_EveryModeReportsSaneFigures(t *testing.T) {
 		{"backlog", bench.Options{Mode: "backlog", N: 300, PayloadBytes: 256}, false},
 		{"steady", bench.Options{Mode: "steady", N: 200, PayloadBytes: 256, Rate: 400}, true},
 		{"ordered", bench.Options{Mode: "backlog", N: 300, PayloadBytes: 256, Keys: 10, Relay: relay.Config{Mode: outbox.ModeOrdered}}, false},
+		{"partitioned, grouped keys", bench.Options{Mode: "backlog", N: 300, PayloadBytes: 256, Keys: 10, KeyOrder: bench.KeyGrouped, Replicas: 2, Burst: true, Relay: relay.Config{Mode: outbox.ModePartitioned}}, false},
 		{"large payloads", bench.Options{Mode: "backlog", N: 40, PayloadBytes: 64 << 10, Relay: relay.Config{MaxInFlightBytes: 256 << 10}}, false},
 		{"notify", bench.Options{Mode: "steady", N: 100, PayloadBytes: 256, Rate: 200, Relay: relay.Config{Notify: true}}, true},
 		{"producers with rows per transaction", bench.Options{Mode: "steady", N: 200, PayloadBytes: 256, Rate: 400, Producers: 4, RowsPerTx: 10}, true},
@@ -96,6 +97,14 @@ func TestBench_EveryModeReportsSaneFigures(t *testing.T) {
 				if v, ok := res.Extra["first_delivery_ms"].(float64); !ok || v <= 0 || v > res.Seconds*1000+0.1 {
 					t.Errorf("first_delivery_ms = %v, want a figure within the run's %v s", res.Extra["first_delivery_ms"], res.Seconds)
 				}
+			}
+			// Keyed rows in ordered and partitioned mode: the stream holds
+			// each key's rows in order (checked by the run's verification).
+			if n, ok := res.Extra[bench.ExtraOutOfOrder].(float64); (o.Keys > 0 && o.Relay.Mode != "") != ok || n != 0 {
+				t.Errorf("extra %s = %v, want 0 for keyed rows in ordered or partitioned mode, absent otherwise", bench.ExtraOutOfOrder, res.Extra[bench.ExtraOutOfOrder])
+			}
+			if res.Keys != o.Keys || (o.Keys > 0) != (res.KeyOrder != "") {
+				t.Errorf("result keys %d, key order %q, want %d keys and an order when keyed", res.Keys, res.KeyOrder, o.Keys)
 			}
 			if tt.latency {
 				if res.P50ms == nil || res.P99ms == nil || res.MaxMs == nil || *res.P50ms <= 0 || *res.P50ms > *res.P99ms || *res.P99ms > *res.MaxMs {

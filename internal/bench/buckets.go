@@ -31,20 +31,22 @@ const bucketsWatchEvery = 10 * time.Millisecond
 
 // applyMode records the relay's mode as the schema's and lets the
 // migrations' messages_apply_mode build what the mode needs on inserts (in
-// partitioned mode, the index of the per-bucket claim), as a relay does when
-// it switches an empty schema. A deployment in partitioned mode pays that
-// once, when it changes modes, not with each backlog: without this, the
-// first relay of a run would build the index over the whole backlog inside
-// the measured drain. Other modes are left to the relay's own switch.
+// partitioned mode, the index of the per-bucket claim; in ordered mode, the
+// indexes of the heads and of the waiting rows), as a relay does when it
+// switches an empty schema. A deployment in those modes pays that once,
+// when it changes modes, not with each backlog: without this, the first
+// relay of a run would build the indexes over the whole backlog inside the
+// measured drain. The default mode is the schema's own.
 func applyMode(ctx context.Context, pool *pgxpool.Pool, o Options) error {
-	if o.Relay.Mode != outbox.ModePartitioned {
+	mode := o.Relay.Mode
+	if mode != outbox.ModePartitioned && mode != outbox.ModeOrdered {
 		return nil
 	}
 	q := outbox.QuoteSchema(o.Schema)
-	_, err := pool.Exec(ctx, "UPDATE "+q+".relay_mode SET mode = '"+string(outbox.ModePartitioned)+"', changed_at = now(), changed_by = 'bench'; "+
+	_, err := pool.Exec(ctx, "UPDATE "+q+".relay_mode SET mode = '"+string(mode)+"', changed_at = now(), changed_by = 'bench'; "+
 		"SELECT "+q+".messages_apply_mode()")
 	if err != nil {
-		return fmt.Errorf("put the scratch schema in %s mode: %w", outbox.ModePartitioned, err)
+		return fmt.Errorf("put the scratch schema in %s mode: %w", mode, err)
 	}
 	return nil
 }

@@ -23,8 +23,9 @@ const extraPeakRSS = "peak_rss_mb"
 // runBinary measures the shipped binary as users run it: the backlog of o
 // is preloaded, then o.Replicas processes of bin (at least one) start one
 // after another, stagger apart, each with its defaults (only the database,
-// NATS, the scratch schema, its RELAY_ID and, for partitioned mode,
-// RELAY_MODE set), and the time from the first exec until the table is
+// NATS, the scratch schema, its RELAY_ID and, for ordered and partitioned
+// mode, RELAY_MODE set; the backlog's rows carry o.Keys keys in
+// o.KeyOrder, as the in-process benchmark's do), and the time from the first exec until the table is
 // empty is the drain. The relays are then stopped with SIGTERM and the run
 // verified.
 func runBinary(ctx context.Context, bin string, o bench.Options, stagger time.Duration) (bench.Result, error) {
@@ -143,7 +144,7 @@ starting:
 	}
 	extra[bench.ExtraRelayCPU] = cpu.Seconds() * 100000 / float64(o.N)
 	extra[extraPeakRSS] = float64(maxRSS) / 1024
-	ok, err := bench.Verify(ctx, o)
+	ok, err := bench.Verify(ctx, o, extra)
 	if err != nil {
 		return bench.Result{}, err
 	}
@@ -151,6 +152,7 @@ starting:
 		Name: "outbox-relay (binary)", Events: o.N, Seconds: elapsed.Seconds(),
 		EventsPerSec: float64(o.N) / elapsed.Seconds(), Mode: "backlog", Verified: ok,
 		Replicas: max(o.Replicas, 1), DeliveryMode: bench.DeliveryMode(o.Relay), Extra: extra,
+		Keys: o.Keys, KeyOrder: bench.KeyOrderOf(o),
 	}, nil
 }
 

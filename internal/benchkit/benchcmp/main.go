@@ -2,8 +2,9 @@
 // loop (by default the bare loop of internal/benchkit/yardstick; make bench builds
 // it from REFLOOP), alternately on the same database and NATS server, and
 // prints each round and the median ratio. With -modes it runs
-// the relay in both its unordered and partitioned modes beside refloop
-// (modes.go). It is a developer tool (make bench, make bench-replicas), not
+// the relay in its unordered, ordered and partitioned modes beside refloop
+// (modes.go), on rows without a key and, with -keys K, on rows with K keys
+// too (-key-order interleaved or grouped). It is a developer tool (make bench, make bench-replicas), not
 // part of the shipped binary:
 //
 //	DATABASE_URL=… NATS_URL=… go run ./internal/benchkit/benchcmp -refloop bin/refloop -rounds 5
@@ -13,7 +14,7 @@
 // defaults; -replicas N starts N of them one after another, -stagger apart
 // (make bench-processes):
 //
-//	DATABASE_URL=… NATS_URL=… go run ./internal/benchkit/benchcmp -refloop bin/refloop -modes -binary bin/outbox-relay -replicas 4 -burst -n 200000
+//	DATABASE_URL=… NATS_URL=… go run ./internal/benchkit/benchcmp -refloop bin/refloop -modes -binary bin/outbox-relay -replicas 4 -burst -n 200000 -keys 5000 -key-order interleaved
 //
 // With -pin-horizon it runs the pinned-horizon benchmark instead
 // (pinhorizon.go, make bench-pin-horizon), on a PostgreSQL server of its
@@ -70,7 +71,7 @@ func main() {
 	replicas := flag.String("replicas", "1", "relays run at once, or a comma-separated list of counts measured one after the other (1,2,4,8); refloop runs two workers per relay, as each relay has two claim loops")
 	partitioned := flag.Bool("partitioned", false, "run the relay in partitioned mode (RELAY_MODE=partitioned)")
 	burst := flag.Bool("burst", false, "backlog mode: every row due at the same time, for the relay and for refloop (its -burst)")
-	modes := flag.Bool("modes", false, "run the relay in unordered and in partitioned mode alternately with refloop, with the same replicas, and print the ratios of each round and a table of medians")
+	modes := flag.Bool("modes", false, "run the relay in unordered, ordered and partitioned mode alternately with refloop, with the same replicas, on rows without a key and (with -keys) on keyed rows, and print the ratios of each round and a table of medians")
 	pinHorizon := flag.Bool("pin-horizon", false, "the pinned-horizon benchmark (pinhorizon.go): the relay binary (-binary, default bin/outbox-relay) and refloop, each on its own database with a steady producer at -rate (default 1000, from -producers connections, default 8), while a REPEATABLE READ session pins the horizon of some of them; a table every -every")
 	duration := flag.Duration("duration", 10*time.Minute, "-pin-horizon: length of the run")
 	every := flag.Duration("every", time.Minute, "-pin-horizon: sampling interval")
@@ -80,7 +81,8 @@ func main() {
 	pgPort := flag.Int("pg-port", 5499, "-pin-horizon, -many-outboxes: port of the benchmark's own server (a free one when taken)")
 	natsURL := flag.String("nats-url", "", "-pin-horizon, -many-outboxes: NATS server of the relays (default: a JetStream server in process for each)")
 	relayMode := flag.String("relay-mode", "", "-pin-horizon: the relays' RELAY_MODE (ordered, partitioned; default: the relay's default); the producers then give each row one of -keys keys")
-	keys := flag.Int("keys", 100, "-pin-horizon with -relay-mode, or the in-process backlog when set: keys the rows are spread over, round robin")
+	keys := flag.Int("keys", 100, "-pin-horizon with -relay-mode, or a backlog (in process, -binary, -modes) when set: keys the rows are spread over (0: rows without a key); -modes then runs every mode on rows without a key and on these keyed rows")
+	keyOrder := flag.String("key-order", bench.KeyInterleaved, "a backlog with -keys: interleaved (row i has key i mod keys, as producers write them) or grouped (each key's rows consecutive)")
 	refloopUnpinned := flag.Bool("refloop-unpinned", false, "-pin-horizon: also run refloop on an unpinned database")
 	jsonOut := flag.String("json", "", "-pin-horizon, -many-outboxes: also write the report as JSON to this file")
 	manyOutboxes := flag.Bool("many-outboxes", false, "the many-outboxes benchmark (many.go): the relay binary (-binary, default bin/outbox-relay) serving -outboxes idle schemas in four configurations, each measured for -duration (default 60s) after -warmup; then a -backlog in one schema beside a trickle of -trickle-rate rows/s in another")
@@ -161,6 +163,9 @@ func main() {
 			o.Keys = *keys
 		}
 	})
+	if o.Keys > 0 {
+		o.KeyOrder = *keyOrder
+	}
 	counts, err := parseCounts(*replicas)
 	usage := func(msg string) {
 		fmt.Fprintln(os.Stderr, "benchcmp:", msg)
@@ -174,7 +179,7 @@ func main() {
 	case *binary != "" && (o.Mode != "backlog" || o.Archived > 0 || o.NotDue > 0 || len(counts) > 1):
 		usage("-binary measures relay processes' backlog drain with their defaults (no -mode steady, -archived, -not-due, or a list of -replicas)")
 	case *modes && (*partitioned || o.Archived > 0 || o.NotDue > 0):
-		usage("-modes runs both modes against refloop (no -partitioned, -archived or -not-due)")
+		usage("-modes runs every mode against refloop (no -partitioned, -archived or -not-due)")
 	case o.Keys > 0 && o.Mode != "backlog":
 		usage("-keys spreads the backlog's rows over keys (-mode backlog, or -pin-horizon with -relay-mode); a steady producer writes no key")
 	}
@@ -376,6 +381,12 @@ func summary(r bench.Result) string {
 	}
 	if rss, ok := r.Extra[extraPeakRSS].(float64); ok {
 		s += fmt.Sprintf(", peak RSS %.0f MB", rss)
+	}
+	switch n := r.Extra[bench.ExtraOutOfOrder].(type) {
+	case int64:
+		s += fmt.Sprintf(", %d out of key order", n)
+	case float64:
+		s += fmt.Sprintf(", %.0f out of key order", n)
 	}
 	if first, ok := r.Extra["first_delivery_ms"].(float64); ok {
 		s += fmt.Sprintf(", first after %.0f ms", first)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/bench"
@@ -12,16 +13,63 @@ import (
 
 // The comparison of the relay's delivery modes (-modes): for each number of
 // replicas, the relay in unordered mode (every relay claims from the whole
-// table with SKIP LOCKED), the relay in partitioned mode and refloop with
-// two workers per relay, one after the other, round by round; then one
-// table of medians.
+// table with SKIP LOCKED), in ordered mode and in partitioned mode, each on
+// rows without a key and, with -keys, on keyed rows too (the same backlog
+// with o.Keys keys in o.KeyOrder), and refloop with two workers per relay
+// (on rows without a key: it has no key column and keeps no order), one
+// after the other, round by round; then one table of medians.
+
+// modesShape is the rows of a run: unkeyed (keys 0) or keyed.
+type modesShape struct {
+	keys  int
+	order string
+}
+
+func (s modesShape) String() string {
+	if s.keys == 0 {
+		return "unkeyed"
+	}
+	return fmt.Sprintf("%d keys, %s", s.keys, s.order)
+}
+
+// modesRun is one contender of a cell: the relays in one mode on one shape
+// of rows, or refloop (mode empty).
+type modesRun struct {
+	mode    outbox.Mode
+	shape   modesShape
+	results []bench.Result
+	// Per round, how much better it did than unordered mode on the same
+	// rows (not for unordered mode itself) and than refloop (ratio).
+	vsUnordered, vsRefloop []float64
+}
+
+func (r *modesRun) name(workers int) string {
+	if r.mode == "" {
+		return fmt.Sprintf("refloop (%d workers)", workers)
+	}
+	return string(r.mode)
+}
 
 // modesCell is what the rounds with one number of replicas measured.
 type modesCell struct {
-	replicas, workers               int
-	unordered, partitioned, refloop []bench.Result
-	// Per round, how much better the first did than the second (ratio).
-	partVsUnord, unordVsRef, partVsRef []float64
+	replicas, workers int
+	// relays in the table's order: by shape (unkeyed first), then mode.
+	relays  []*modesRun
+	refloop *modesRun
+}
+
+// modesModes are the relay's modes the comparison runs, in the table's
+// order.
+var modesModes = []outbox.Mode{outbox.ModeUnordered, outbox.ModeOrdered, outbox.ModePartitioned}
+
+// modesShapes are the shapes of rows the comparison runs for o: unkeyed,
+// and keyed when o.Keys is set.
+func modesShapes(o bench.Options) []modesShape {
+	shapes := []modesShape{{}}
+	if o.Keys > 0 {
+		shapes = append(shapes, modesShape{keys: o.Keys, order: bench.KeyOrderOf(o)})
+	}
+	return shapes
 }
 
 // compareModes measures every count of counts (modesRounds) and prints the
@@ -40,59 +88,88 @@ func compareModes(ctx context.Context, o bench.Options, refloop, binary string, 
 	return nil
 }
 
-// modesRounds runs the relay in unordered and in partitioned mode and
+// modesRounds runs the relay in each mode on each shape of rows and
 // refloop, with o.Replicas relays (refloopWorkers workers), rounds times
 // each, and prints each round with its ratios. With binary, the relays are
 // that many processes of it started stagger apart (runBinary). A run that
 // does not verify ends the comparison.
 func modesRounds(ctx context.Context, o bench.Options, refloop, binary string, stagger time.Duration, rounds int, w io.Writer) (modesCell, error) {
-	unordered, partitioned := o, o
-	unordered.Relay.Mode, partitioned.Relay.Mode = outbox.ModeUnordered, outbox.ModePartitioned
 	cell := modesCell{replicas: o.Replicas, workers: refloopWorkers(o)}
-	relays := func(o bench.Options) func() (bench.Result, error) {
-		if binary != "" {
-			return func() (bench.Result, error) { return runBinary(ctx, binary, o, stagger) }
+	shapes := modesShapes(o)
+	type contender struct {
+		run *modesRun
+		do  func() (bench.Result, error)
+	}
+	// The order they run in within a round: each mode on each shape in
+	// turn, then refloop.
+	var contenders []contender
+	byShape := map[modesShape][]*modesRun{}
+	for _, mode := range modesModes {
+		for _, shape := range shapes {
+			ro := o
+			ro.Relay.Mode = mode
+			ro.Keys, ro.KeyOrder = shape.keys, shape.order
+			run := &modesRun{mode: mode, shape: shape}
+			byShape[shape] = append(byShape[shape], run)
+			do := func() (bench.Result, error) { return runRelay(ctx, ro) }
+			if binary != "" {
+				do = func() (bench.Result, error) { return runBinary(ctx, binary, ro, stagger) }
+			}
+			contenders = append(contenders, contender{run, do})
 		}
-		return func() (bench.Result, error) { return runRelay(ctx, o) }
 	}
-	contenders := []struct {
-		name    string
-		results *[]bench.Result
-		run     func() (bench.Result, error)
-	}{
-		{"unordered", &cell.unordered, relays(unordered)},
-		{"partitioned", &cell.partitioned, relays(partitioned)},
-		{"refloop", &cell.refloop, func() (bench.Result, error) { return runRefloop(ctx, refloop, o) }},
+	for _, shape := range shapes {
+		cell.relays = append(cell.relays, byShape[shape]...)
 	}
+	ro := o
+	ro.Keys, ro.KeyOrder = 0, ""
+	cell.refloop = &modesRun{}
+	contenders = append(contenders, contender{cell.refloop, func() (bench.Result, error) { return runRefloop(ctx, refloop, ro) }})
 	for round := 1; round <= rounds; round++ {
 		// Each round starts with the next one, so that none always runs
 		// first on a machine the others warmed up or tired.
 		for i := range contenders {
 			c := contenders[(round-1+i)%len(contenders)]
-			res, err := c.run()
+			res, err := c.do()
 			if err != nil {
-				return cell, fmt.Errorf("round %d: %s: %w", round, c.name, err)
+				return cell, fmt.Errorf("round %d: %s, %s rows: %w", round, c.run.name(cell.workers), c.run.shape, err)
 			}
 			if !res.Verified {
-				return cell, fmt.Errorf("round %d: %s did not verify: %d events, extra %v", round, c.name, res.Events, res.Extra)
+				return cell, fmt.Errorf("round %d: %s, %s rows did not verify: %d events, extra %v", round, c.run.name(cell.workers), c.run.shape, res.Events, res.Extra)
 			}
-			*c.results = append(*c.results, res)
+			c.run.results = append(c.run.results, res)
 		}
-		u, p, r := cell.unordered[round-1], cell.partitioned[round-1], cell.refloop[round-1]
-		cell.partVsUnord = append(cell.partVsUnord, ratio(o.Mode, p, u))
-		cell.unordVsRef = append(cell.unordVsRef, ratio(o.Mode, u, r))
-		cell.partVsRef = append(cell.partVsRef, ratio(o.Mode, p, r))
-		fmt.Fprintf(w, "%d replicas, round %d: unordered %s | partitioned %s | refloop (%d workers) %s | partitioned/unordered %.2f, unordered/refloop %.2f, partitioned/refloop %.2f\n",
-			o.Replicas, round, summary(u), summary(p), cell.workers, summary(r),
-			cell.partVsUnord[round-1], cell.unordVsRef[round-1], cell.partVsRef[round-1])
+		ref := cell.refloop.results[round-1]
+		for s, shape := range shapes {
+			runs := byShape[shape]
+			unordered := runs[0].results[round-1]
+			var figs, ratios []string
+			for _, r := range runs {
+				res := r.results[round-1]
+				figs = append(figs, fmt.Sprintf("%s %s", r.mode, summary(res)))
+				if r.mode != outbox.ModeUnordered {
+					r.vsUnordered = append(r.vsUnordered, ratio(o.Mode, res, unordered))
+					ratios = append(ratios, fmt.Sprintf("%s/unordered %.2f", r.mode, r.vsUnordered[round-1]))
+				}
+			}
+			for _, r := range runs {
+				r.vsRefloop = append(r.vsRefloop, ratio(o.Mode, r.results[round-1], ref))
+				ratios = append(ratios, fmt.Sprintf("%s/refloop %.2f", r.mode, r.vsRefloop[round-1]))
+			}
+			if s == 0 {
+				figs = append(figs, fmt.Sprintf("refloop (%d workers, unkeyed rows) %s", cell.workers, summary(ref)))
+			}
+			fmt.Fprintf(w, "%d replicas, round %d, %s rows: %s | %s\n", o.Replicas, round, shape, strings.Join(figs, " | "), strings.Join(ratios, ", "))
+		}
 	}
 	return cell, nil
 }
 
-// printModesTable prints one Markdown row per number of replicas: the
-// median of each program's figure (events/s for a backlog; p50 / p99 and
-// the events/s reached for a steady stream), of each ratio, and of when the
-// partitioned relays shared the buckets.
+// printModesTable prints, per number of replicas, one Markdown row per
+// mode and shape of rows: the median of its figures (drain time and
+// events/s for a backlog; p50 / p99 and the events/s reached for a steady
+// stream), of its ratios against unordered mode on the same rows and
+// against refloop, and of when partitioned relays shared the buckets.
 func printModesTable(w io.Writer, o bench.Options, cells []modesCell) {
 	if len(cells) == 0 {
 		return
@@ -101,19 +178,34 @@ func printModesTable(w io.Writer, o bench.Options, cells []modesCell) {
 	if o.Burst {
 		shape += " due at one shared timestamp"
 	}
-	figure, ratios := "events/s", "the first's events/s over the second's"
+	columns, ratios := "drain s | events/s", "the first's events/s over the second's"
 	if o.Mode == "steady" {
 		shape = fmt.Sprintf("a steady %.0f events/s, %d events", o.Rate, o.N)
-		figure, ratios = "p50 / p99 ms (events/s)", "the second's p99 over the first's"
+		columns, ratios = "p50 / p99 ms (events/s)", "the second's p99 over the first's"
 	}
-	fmt.Fprintf(w, "\nMedians over %d rounds: %s, payload %d bytes. Ratios: %s (above 1, the first is better).\n\n",
-		len(cells[0].unordered), shape, o.PayloadBytes, ratios)
-	fmt.Fprintf(w, "| replicas | unordered %[1]s | partitioned %[1]s | refloop %[1]s | refloop workers | partitioned / unordered | unordered / refloop | partitioned / refloop | buckets shared after |\n", figure)
-	fmt.Fprintln(w, "| --: | --: | --: | --: | --: | --: | --: | --: | --: |")
+	keyed := ""
+	if o.Keys > 0 {
+		keyed = fmt.Sprintf(" Keyed rows: %d keys, about %d rows each, %s (%s).", o.Keys, o.N/o.Keys, bench.KeyOrderOf(o),
+			map[string]string{bench.KeyInterleaved: "row i has key i mod keys, as producers write them", bench.KeyGrouped: "each key's rows consecutive"}[bench.KeyOrderOf(o)])
+	}
+	fmt.Fprintf(w, "\nMedians over %d rounds: %s, payload %d bytes.%s Ratios: %s (above 1, the first is better); / unordered is against unordered mode on the same rows; refloop runs rows without a key only (it has no key column and keeps no order).\n\n",
+		len(cells[0].refloop.results), shape, o.PayloadBytes, keyed, ratios)
+	fmt.Fprintf(w, "| replicas | relay | rows | %s | / unordered, same rows | / refloop | buckets shared after |\n", columns)
+	fmt.Fprintf(w, "| --: | --- | --- |%s --: | --: | --- |\n", strings.Repeat(" --: |", strings.Count(columns, "|")+1))
 	for _, c := range cells {
-		fmt.Fprintf(w, "| %d | %s | %s | %s | %d | %.2f | %.2f | %.2f | %s |\n", c.replicas,
-			figures(o.Mode, c.unordered), figures(o.Mode, c.partitioned), figures(o.Mode, c.refloop), c.workers,
-			median(c.partVsUnord), median(c.unordVsRef), median(c.partVsRef), bucketsShared(c.partitioned))
+		for _, r := range c.relays {
+			vsUnord, buckets := "—", "—"
+			if r.mode != outbox.ModeUnordered {
+				vsUnord = fmt.Sprintf("%.2f", median(r.vsUnordered))
+			}
+			if r.mode == outbox.ModePartitioned {
+				buckets = bucketsShared(r.results)
+			}
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %.2f | %s |\n", c.replicas, r.name(c.workers), r.shape,
+				figures(o.Mode, r.results), vsUnord, median(r.vsRefloop), buckets)
+		}
+		fmt.Fprintf(w, "| %d | %s | unkeyed (takes no keys) | %s | — | — | — |\n", c.replicas, c.refloop.name(c.workers),
+			figures(o.Mode, c.refloop.results))
 	}
 }
 
@@ -121,7 +213,14 @@ func printModesTable(w io.Writer, o bench.Options, cells []modesCell) {
 func figures(mode string, runs []bench.Result) string {
 	rate := medianOf(runs, func(r bench.Result) (float64, bool) { return r.EventsPerSec, true })
 	if mode != "steady" {
-		return fmt.Sprintf("%.0f", rate)
+		// The drain of the run with the median rate (with an even number
+		// of rounds, the upper median, as median takes), so that the two
+		// columns are of one run.
+		secs := 0.0
+		if rate > 0 {
+			secs = float64(runs[0].Events) / rate
+		}
+		return fmt.Sprintf("%.1f | %.0f", secs, rate)
 	}
 	p50 := medianOf(runs, func(r bench.Result) (float64, bool) { return deref(r.P50ms) })
 	p99 := medianOf(runs, func(r bench.Result) (float64, bool) { return deref(r.P99ms) })
