@@ -193,11 +193,11 @@ type RefusedDeadLetter struct {
 // RetryDead moves the dead letters opts selects back to the hot table: each
 // becomes a new row (a new id from the identity) with attempts 0, due now,
 // without lease or last error, and with its original payload, headers, key,
-// idempotency key, destination and created_at. Keeping created_at is
-// deliberate: the message has still not reached its destination, and the
-// delivery latency measured from created_at says how long it really took.
-// A retried row gets a new id, so in per-key order it goes after rows of
-// its key inserted since.
+// idempotency key and destination. Its created_at is the retry's time: the
+// insert guard sets created_at on every insert, so that no insert can
+// forge it, and the delivery latency of a retried row counts from the
+// retry. A retried row gets a new id, so in per-key order it goes after
+// rows of its key inserted since.
 //
 // Dead letters whose idempotency key is pending or was delivered are left
 // where they are and counted. Dead letters the hot table refuses (its
