@@ -27,7 +27,7 @@ func goldenStatements() map[string]string {
 		"messages_leases":           q.messagesLeases,
 		"bucket_owners":             q.bucketOwners,
 		"dead_letters_by_reason":    q.deadLettersByReason,
-		"dead_letters_top_errors":   q.deadLettersTopErrors,
+		"dead_letters_summary":      q.deadLettersSummary,
 		"tables_status":             q.tablesStatus,
 		"archive_count_exact":       q.archiveCountExact,
 		"dead_letters_groups":       q.deadLettersGroups,

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -314,6 +315,34 @@ type exactCounts struct {
 	DeliveredKeys int64 `db:"delivered_keys_rows"`
 }
 
+// deadLettersGroup is a row of queryDeadLettersSummary: the dead letters of
+// one reason (ByReason) or of one error text.
+type deadLettersGroup struct {
+	ByReason bool `db:"by_reason"`
+	CountSince
+}
+
+// splitDeadSummary splits the rows of queryDeadLettersSummary into the
+// reasons, most numerous first (then by name), and the top most frequent
+// errors (then the latest failure first).
+func splitDeadSummary(rows []deadLettersGroup, top int) (byReason, topErrors []CountSince) {
+	byReason, topErrors = []CountSince{}, []CountSince{}
+	for _, r := range rows {
+		if r.ByReason {
+			byReason = append(byReason, r.CountSince)
+		} else {
+			topErrors = append(topErrors, r.CountSince)
+		}
+	}
+	slices.SortFunc(byReason, func(a, b CountSince) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Value, b.Value))
+	})
+	slices.SortFunc(topErrors, func(a, b CountSince) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), b.LastFailedAt.Compare(a.LastFailedAt))
+	})
+	return byReason, topErrors[:min(top, len(topErrors))]
+}
+
 // collect queues q on b with args and has the rows it returns, collected
 // by name, appended to *into; what names them in the error.
 func collect[T any](b *pgx.Batch, into *[]T, what, q string, args ...any) {
@@ -344,6 +373,7 @@ func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, 
 		DeadLetters: DeadLetterStatus{ByReason: []CountSince{}, TopErrors: []CountSince{}}}
 	var holders horizon.Oldest
 	var exact *exactCounts
+	var deadSummary []deadLettersGroup
 	err := inTx(ctx, a.db, readOnly, func(tx pgx.Tx) error {
 		rows, _ := tx.Query(ctx, a.q.relayMode)
 		mode, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[schemaMode])
@@ -365,8 +395,7 @@ func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, 
 		collect(b, &st.Destinations, "hot table summary", a.q.messagesStatus,
 			pgx.StrictNamedArgs{"default_sink": opts.DefaultSink, "ordered": ordered})
 		collect(b, &st.Leases, "leases", a.q.messagesLeases)
-		collect(b, &st.DeadLetters.ByReason, "dead letters by reason", a.q.deadLettersByReason)
-		collect(b, &st.DeadLetters.TopErrors, "dead letters by error", a.q.deadLettersTopErrors, pgx.StrictNamedArgs{"limit": opts.TopErrors})
+		collect(b, &deadSummary, "dead letters by reason and error", a.q.deadLettersSummary)
 		collect(b, &st.Tables, "table statistics", a.q.tablesStatus, pgx.StrictNamedArgs{"schema_name": a.schema})
 		horizon.QueueOldest(b, horizonHoldersListed, &holders)
 		if opts.ExactCounts {
@@ -387,6 +416,7 @@ func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, 
 	if err != nil {
 		return nil, err
 	}
+	st.DeadLetters.ByReason, st.DeadLetters.TopErrors = splitDeadSummary(deadSummary, opts.TopErrors)
 	for _, c := range st.DeadLetters.ByReason {
 		st.DeadLetters.Total += c.Count
 	}
