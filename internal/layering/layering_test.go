@@ -30,11 +30,12 @@ var allowed = []struct {
 	{"migrations", []string{"outbox"}},
 	{"sinks", []string{"outbox"}},
 	{"sinks/sinktest", []string{"sinks", "outbox"}},
-	// The mapping of keys onto AWS message group and deduplication ids that
-	// the SQS and SNS sinks share.
+	// What the SQS and SNS sinks share: the mapping of keys onto AWS message
+	// group and deduplication ids (awsids), and of a row onto a message's
+	// body and attributes (awsmsg).
 	{"sinks/internal/...", []string{"sinks", "outbox"}},
-	{"sinks/sqs", []string{"sinks", "outbox", "sinks/internal/awsids"}},
-	{"sinks/sns", []string{"sinks", "outbox", "sinks/internal/awsids"}},
+	{"sinks/sqs", []string{"sinks", "outbox", "sinks/internal/awsids", "sinks/internal/awsmsg"}},
+	{"sinks/sns", []string{"sinks", "outbox", "sinks/internal/awsids", "sinks/internal/awsmsg"}},
 	{"sinks/...", []string{"sinks", "outbox"}}, // each destination: never relay, never another sink
 	{"relay", []string{"sinks", "outbox", "relay/internal/..."}},
 	// A background concern or protocol of the engine (bucket ownership, the

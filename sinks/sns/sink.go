@@ -50,6 +50,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/internal/awsmsg"
 )
 
 // Defaults and bounds of Config.
@@ -346,7 +347,7 @@ func (s *Sink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
 		if arn == "" {
 			n, err := TopicName(s.cfg.TopicPrefix, msgs[i].Topic)
 			if err != nil {
-				errs[i] = sinks.Permanent(fmt.Errorf("topic %s names no SNS topic: %w", clipped(msgs[i].Topic), err))
+				errs[i] = sinks.Permanent(fmt.Errorf("topic %s names no SNS topic: %w", awsmsg.Clipped(msgs[i].Topic), err))
 				continue
 			}
 			arn = s.arn.With(n)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/outbox-relay/outbox-relay/sinks/internal/awsmsg"
 )
 
 // TopicNameMax is the longest topic name SNS takes, ".fifo" included.
@@ -76,7 +78,7 @@ func ValidateTopicName(name string) error {
 	case len(name) > TopicNameMax:
 		return fmt.Errorf("the SNS topic name of %d characters is longer than %d", len(name), TopicNameMax)
 	case !nameChars(base):
-		return fmt.Errorf("SNS topic name %s has a character other than ASCII letters, digits, '-' and '_'", clipped(name))
+		return fmt.Errorf("SNS topic name %s has a character other than ASCII letters, digits, '-' and '_'", awsmsg.Clipped(name))
 	}
 	return nil
 }

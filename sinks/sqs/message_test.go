@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/internal/awsmsg"
 )
 
 // These tests hold the mapping to SQS's documented rules, which the
@@ -38,7 +39,7 @@ func TestBuild_AttributesWithinSQSRules(t *testing.T) {
 		t.Errorf("%d attributes, want %d", len(e.attrs), MaxAttributes)
 	}
 	for name, v := range e.attrs {
-		if !validAttributeName(name) || aws.ToString(v.StringValue) == "" {
+		if !awsmsg.ValidAttributeName(name) || aws.ToString(v.StringValue) == "" {
 			t.Errorf("attribute %q=%q breaks SQS's rules", name, aws.ToString(v.StringValue))
 		}
 	}
@@ -53,7 +54,7 @@ func TestBuild_AttributesWithinSQSRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, v := range h {
-		if reserved(k) {
+		if awsmsg.Reserved(k) {
 			if _, ok := folded[k]; ok {
 				t.Errorf("reserved header %s was carried", k)
 			}
@@ -87,7 +88,7 @@ func TestBuild_Body(t *testing.T) {
 		if got := aws.ToString(e.attrs[BodyEncodingAttribute].StringValue); got != tt.encoding {
 			t.Errorf("payload %q: encoding %q, want %q", tt.payload, got, tt.encoding)
 		}
-		if !validText([]byte(e.body)) || e.body == "" {
+		if !awsmsg.ValidText([]byte(e.body)) || e.body == "" {
 			t.Errorf("payload %q: body %q is not one SQS takes", tt.payload, e.body)
 		}
 	}

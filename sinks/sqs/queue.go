@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/internal/awsmsg"
 )
 
 // QueueNameMax is the longest queue name SQS takes, ".fifo" included.
@@ -55,7 +56,7 @@ func ValidateQueueName(name string) error {
 	case len(name) > QueueNameMax:
 		return fmt.Errorf("the SQS queue name of %d characters is longer than %d", len(name), QueueNameMax)
 	case !nameChars(base):
-		return fmt.Errorf("SQS queue name %s has a character other than ASCII letters, digits, '-' and '_'", clipped(name))
+		return fmt.Errorf("SQS queue name %s has a character other than ASCII letters, digits, '-' and '_'", awsmsg.Clipped(name))
 	}
 	return nil
 }

@@ -50,6 +50,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/internal/awsmsg"
 )
 
 // Defaults and bounds of Config.
@@ -357,7 +358,7 @@ func (s *Sink) Deliver(ctx context.Context, msgs []sinks.Message) []error {
 		if name == "" {
 			n, err := QueueName(s.cfg.QueuePrefix, msgs[i].Topic)
 			if err != nil {
-				errs[i] = sinks.Permanent(fmt.Errorf("topic %s names no SQS queue: %w", clipped(msgs[i].Topic), err))
+				errs[i] = sinks.Permanent(fmt.Errorf("topic %s names no SQS queue: %w", awsmsg.Clipped(msgs[i].Topic), err))
 				continue
 			}
 			name = n

@@ -57,3 +57,19 @@ func DeduplicationID(idempotencyKey string) string { return ID(idempotencyKey) }
 
 // GroupID returns the MessageGroupId of a row with this key (not empty).
 func GroupID(key string) string { return ID(key) }
+
+// FIFO returns a row's ids on a FIFO queue or topic: its key as the
+// message group (unkeyed rows: defaultGroup, or when empty their own
+// idempotency key, so that they do not wait for each other) and its
+// idempotency key as the deduplication id.
+func FIFO(key, idempotencyKey, defaultGroup string) (group, dedup string) {
+	switch {
+	case key != "":
+		group = GroupID(key)
+	case defaultGroup != "":
+		group = GroupID(defaultGroup)
+	default:
+		group = GroupID(idempotencyKey)
+	}
+	return group, DeduplicationID(idempotencyKey)
+}
