@@ -26,7 +26,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -82,16 +84,116 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &Server{bin: bin, port: port, queues: map[string]map[string]string{}, got: map[string][]types.Message{}}
+	s := &Server{bin: bin, queues: map[string]map[string]string{}, got: map[string][]types.Message{}}
 	t.Cleanup(s.Stop)
-	s.Start(t)
-	return s
+	// A free port may be taken by another test's server before this one
+	// binds it (test packages run in parallel): then this one exits, and
+	// another port is tried.
+	for range 5 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.port = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		s.mu.Lock()
+		err = s.launch()
+		s.mu.Unlock()
+		if !errors.Is(err, errPortTaken) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+	}
+	t.Fatalf("fauxqs: five free ports in a row were taken before it could bind them")
+	return nil
+}
+
+// errPortTaken is launch's error when the emulator exited without
+// listening: another process took the port first.
+var errPortTaken = errors.New("the port was taken")
+
+// launch starts the emulator on s.port and waits until it listens there
+// itself (a listening socket of its process, read from /proc, so that a
+// server of another test on the same port does not count). s.mu is held.
+func (s *Server) launch() error {
+	cmd := exec.Command(s.bin)
+	cmd.Env = append(os.Environ(), "FAUXQS_PORT="+strconv.Itoa(s.port), "FAUXQS_HOST=127.0.0.1", "FAUXQS_LOGGER=false", "FAUXQS_DEFAULT_REGION="+Region)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if testing.Verbose() {
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start fauxqs (%s): %w", s.bin, err)
+	}
+	s.cmd = cmd
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ours, known := listening(cmd.Process.Pid, s.port)
+		if ours {
+			return nil
+		}
+		if exited(cmd.Process.Pid) {
+			_ = cmd.Wait()
+			s.cmd = nil
+			return errPortTaken
+		}
+		if !known {
+			if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(s.port), time.Second); err == nil {
+				c.Close()
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fauxqs did not listen on port %d within 30s", s.port)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// listening reports whether process pid holds a listening socket of
+// port; known is false where /proc cannot say.
+func listening(pid, port int) (ours, known bool) {
+	// fauxqs listens on every interface, whatever FAUXQS_HOST says: any
+	// listening socket of the port counts, IPv4 or IPv6.
+	var inodes []string
+	suffix := fmt.Sprintf(":%04X", port)
+	for _, name := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		table, err := os.ReadFile(name)
+		if err != nil {
+			return false, false
+		}
+		for _, line := range strings.Split(string(table), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) > 9 && strings.HasSuffix(f[1], suffix) && f[3] == "0A" {
+				inodes = append(inodes, "socket:["+f[9]+"]")
+			}
+		}
+	}
+	if len(inodes) == 0 {
+		return false, true
+	}
+	fds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	if err != nil {
+		return false, false
+	}
+	for _, fd := range fds {
+		if link, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd.Name()); err == nil && slices.Contains(inodes, link) {
+			return true, true
+		}
+	}
+	return false, true
+}
+
+// exited reports whether process pid has ended (a zombie until waited).
+func exited(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	return strings.HasPrefix(rest, "Z")
 }
 
 // Endpoint is the emulator's URL, for SQS_ENDPOINT.
@@ -110,27 +212,8 @@ func (s *Server) Start(t testing.TB) {
 	if s.cmd != nil {
 		return
 	}
-	cmd := exec.Command(s.bin)
-	cmd.Env = append(os.Environ(), "FAUXQS_PORT="+strconv.Itoa(s.port), "FAUXQS_HOST=127.0.0.1", "FAUXQS_LOGGER=false", "FAUXQS_DEFAULT_REGION="+Region)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if testing.Verbose() {
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start fauxqs (%s): %v", s.bin, err)
-	}
-	s.cmd = cmd
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(s.port), time.Second)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fauxqs did not listen on port %d within 30s", s.port)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := s.launch(); err != nil {
+		t.Fatalf("restart fauxqs on port %d: %v", s.port, err)
 	}
 	for name, attrs := range s.queues {
 		if _, err := s.create(name, attrs); err != nil {
