@@ -17,6 +17,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/internal/floor"
+	"github.com/outbox-relay/outbox-relay/relay/internal/keychain"
 	"github.com/outbox-relay/outbox-relay/relay/internal/sampler"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
@@ -47,11 +48,17 @@ type claimedRow struct {
 	// keyed is set when the row has a key, the empty one included (Key is
 	// "" for a row without one too).
 	keyed bool
+	// after, when not 0, is the id of the row of this relay's that the
+	// row, its key's first in the claim, follows (queryBucketsClaim); self
+	// and prev are its link in its key's chain and the link it follows
+	// (relay/internal/keychain; nil in the modes that keep no chains).
+	after      int64
+	self, prev *keychain.Link
 }
 
 // tag returns c's claimTag.
 func (c *claimedRow) tag() claimTag {
-	return claimTag{seq: c.seq, bucket: c.bucket, epoch: c.epoch, keyed: c.keyed}
+	return claimTag{seq: c.seq, bucket: c.bucket, epoch: c.epoch, keyed: c.keyed, self: c.self, prev: c.prev}
 }
 
 // heldKey is a key a claim reports without claiming its rows: a key whose
@@ -215,6 +222,9 @@ type claimColumns struct {
 	id, topic, payload, key, headers, idempotencyKey int
 	destination, createdAt, attempts, claimSeq       int
 	rescued, duplicate, bucket, tooLarge, heldKey    int
+	// after is -1 where the claim returns no such column (after: the
+	// row of this relay's that a key's first row in the claim follows).
+	after int
 }
 
 // claimColumnsOf finds the claim's columns in fields.
@@ -223,7 +233,10 @@ func claimColumnsOf(fields []pgconn.FieldDescription) (claimColumns, error) {
 	for i, f := range fields {
 		at[f.Name] = i
 	}
-	c := claimColumns{n: len(fields)}
+	c := claimColumns{n: len(fields), after: -1}
+	if i, ok := at["after"]; ok {
+		c.after = i
+	}
 	for _, col := range []struct {
 		name string
 		to   *int
@@ -278,6 +291,10 @@ func (cr *claimRunner) readClaimed(rows pgx.Rows, limit int) (batch []claimedRow
 		dest[cols.createdAt], dest[cols.attempts], dest[cols.claimSeq] = &createdAt, &c.Attempt, &c.seq
 		dest[cols.rescued], dest[cols.duplicate], dest[cols.bucket] = &c.rescued, &c.duplicate, &c.bucket
 		dest[cols.tooLarge], dest[cols.heldKey] = &tooLarge, &heldKey
+		var after *int64
+		if cols.after >= 0 {
+			dest[cols.after] = &after
+		}
 		err := rows.Scan(dest...)
 		if err == nil && tooLarge == nil {
 			c.Topic, c.IdempotencyKey = deref(topic), deref(idempotencyKey)
@@ -300,6 +317,9 @@ func (cr *claimRunner) readClaimed(rows pgx.Rows, limit int) (batch []claimedRow
 			c.unreadable = "the relay cannot read this row: " + err.Error()
 		}
 		c.CreatedAt = finite(createdAt)
+		if after != nil {
+			c.after = *after
+		}
 		if key != nil {
 			c.Key, c.keyed = *key, true
 		}

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/internal/keychain"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
@@ -24,6 +25,8 @@ type dispatcher struct {
 	inflight *inFlight
 	metrics  *Metrics
 	failures *failureLogs
+	// chains learn the outcomes decided without sending (triage).
+	chains *keychain.Chains
 	// observers make the observers of each sink's sends (observe.go).
 	observers map[string]*sinkObservers
 	// settle takes the outcomes to the settlers; deliveries counts the
@@ -66,6 +69,9 @@ func (d *dispatcher) dispatch(ctx context.Context, batch []claimedRow, reserved 
 func (d *dispatcher) deliver(ctx context.Context, name string, batch []claimedRow, deadline time.Time) {
 	defer d.deliveries.Done()
 	decided, msgs, tags := d.triage(name, batch)
+	for i := range decided {
+		d.chains.Resolve(decided[i].link, decided[i].kind != kindRetry && decided[i].kind != kindRelease)
+	}
 	if len(decided) > 0 {
 		d.settle <- decided
 	}

@@ -113,11 +113,15 @@
 // them.
 //
 // Order: a claim keeps a keyed row only when every older row of its key is
-// in the same claim, and deliverInKeyOrder sends a batch in waves, a key's
-// next row in the wave after its previous one was acknowledged. A key held
-// back (its oldest row in flight, backing off or sorting after the others)
-// is left out of the walk and its oldest row claimed alone, until this
-// relay settles a row of it.
+// in the same claim or in flight in this relay (relay/internal/keychain:
+// the claim names the row of this relay's that the key's rows follow), and
+// deliverInKeyOrder sends a key's row once the row before it, in this
+// batch or an earlier one, was acknowledged; when that row was not, the
+// rest of the key is released unsent. A relay runs one claim at a time, so
+// that a claim sees the rows its previous claim leased as this relay's. A
+// key held back (its oldest row in flight elsewhere, backing off or
+// sorting after the others) is left out of the walk and its oldest row
+// claimed alone, until this relay settles a row of it.
 //
 // # Relays and modes
 //

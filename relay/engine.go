@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/relay/internal/floor"
+	"github.com/outbox-relay/outbox-relay/relay/internal/keychain"
 	"github.com/outbox-relay/outbox-relay/relay/internal/liveness"
 )
 
@@ -26,6 +27,9 @@ type engine struct {
 	claims  *claimRunner
 	floor   *floor.State
 	live    *liveness.Monitor
+	// chains are the links of the keyed rows in flight, for the modes that
+	// keep a key's order (keyorder.go).
+	chains *keychain.Chains
 	// heartbeat records, through db, that the relay is alive (registry).
 	heartbeat func(ctx context.Context, db queryRower) error
 	// backlog is queryMessagesBacklog, rendered (countDueRows).
@@ -38,6 +42,27 @@ type engine struct {
 func (e *engine) idFloorArgs(args pgx.StrictNamedArgs) pgx.StrictNamedArgs {
 	args["id_floor"], args["passed_writers"], args["passed_ids"] = e.floor.IDs()
 	return args
+}
+
+// chainKeys links the keyed rows of batch (in id order) into their keys'
+// chains (relay/internal/keychain): each follows its key's previous row in
+// the batch, or the row of this relay's that its claim named (after).
+func (e *engine) chainKeys(batch []claimedRow) {
+	var rows []keychain.Row
+	var at []int
+	for i := range batch {
+		if batch[i].keyed {
+			rows = append(rows, keychain.Row{ID: batch[i].ID, Key: batch[i].Key, After: batch[i].after})
+			at = append(at, i)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	self, prev := e.chains.Claimed(rows, time.Now().Add(e.cfg.Lease))
+	for j, i := range at {
+		batch[i].self, batch[i].prev = self[j], prev[j]
+	}
 }
 
 // countDueRows counts the due rows per sink (queryMessagesBacklog) with

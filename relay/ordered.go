@@ -103,6 +103,7 @@ func (m *ordered) claimHeadsOfKeys(ctx context.Context, req claimRequest) ([]cla
 	// 367 rows deep under a pinned horizon, 37k buffers and 1.5 s a claim,
 	// which leased nothing while the backlog grew.
 	batch, _, err := m.e.claims.runClaim(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")
+	m.e.chainKeys(batch)
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
 		m.e.log.Debug("a claim of heads gave up waiting for a row another transaction is changing", "err", err)
 		return nil, nil
@@ -111,7 +112,9 @@ func (m *ordered) claimHeadsOfKeys(ctx context.Context, req claimRequest) ([]cla
 }
 
 // deliverBatch sends a key's run one row after the other.
-func (m *ordered) deliverBatch(ctx context.Context, d *sinkDelivery) { deliverInKeyOrder(ctx, d) }
+func (m *ordered) deliverBatch(ctx context.Context, d *sinkDelivery) {
+	deliverInKeyOrder(ctx, d, m.e.chains)
+}
 
 func (m *ordered) settleStatements() settleStatements { return m.settle }
 

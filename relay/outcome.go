@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/internal/keychain"
 	"github.com/outbox-relay/outbox-relay/sinks"
 )
 
@@ -45,6 +46,9 @@ type rowOutcome struct {
 	keyed  bool // the row has a key, the empty one included
 	bucket int32
 	epoch  int64
+	// link is the row's link in its key's chain (nil in the modes that
+	// keep none), forgotten once settled.
+	link *keychain.Link
 }
 
 // unknownSink groups the rows whose destination names no configured sink;
@@ -90,13 +94,16 @@ type claimTag struct {
 	bucket int32
 	epoch  int64
 	keyed  bool
+	// self and prev are the row's link in its key's chain and the link it
+	// follows (claimedRow).
+	self, prev *keychain.Link
 }
 
 // newOutcome returns the outcome of m, claimed under t, for sink, without
 // its kind.
 func newOutcome(m *sinks.Message, t claimTag, sink string) rowOutcome {
 	return rowOutcome{id: m.ID, seq: t.seq, attempt: m.Attempt, sink: sink, size: len(m.Payload),
-		key: m.Key, keyed: t.keyed, bucket: t.bucket, epoch: t.epoch}
+		key: m.Key, keyed: t.keyed, bucket: t.bucket, epoch: t.epoch, link: t.self}
 }
 
 // errorText is err as it is stored with a row: valid UTF-8 without NUL

@@ -22,11 +22,17 @@ import (
 // key's rows are delivered in insert order, pipelined (deliverInKeyOrder).
 // See doc.go.
 type partitioned struct {
-	e      *engine
-	owner  *buckets.Owner
-	held   *heldKeys
-	claims [2]string // [1] with held keys
-	settle settleStatements
+	e     *engine
+	owner *buckets.Owner
+	held  *heldKeys
+	// claiming lets one claim of this relay run at a time: a claim
+	// that overlapped another saw the rows that one was leasing as
+	// nobody's, and held back every key whose previous row it took,
+	// where after its commit they are this relay's, and its keys' next
+	// rows are claimed behind them (keyorder.go).
+	claiming sync.Mutex
+	claims   [2]string // [1] with held keys
+	settle   settleStatements
 	// failing follows the owner's failed rounds, for the log.
 	failing reminder
 	// live beats at every round of the owner (run). Its pauses between
@@ -124,7 +130,14 @@ func (m *partitioned) claimer() claimer {
 			args["held_keys"] = held
 			stmt = m.claims[1]
 		}
+		// The claim may name rows of this relay's that a settle is
+		// writing down (after): their links are kept until it ends.
+		m.claiming.Lock()
+		end := m.e.chains.Begin()
 		batch, keys, err := m.e.claims.runClaim(ctx, stmt, args, req, "claim rows of owned buckets")
+		m.e.chainKeys(batch)
+		end()
+		m.claiming.Unlock()
 		rows := make([]int32, len(batch))
 		for i := range batch {
 			// The epoch the claim checked, even if the bucket changed
@@ -166,7 +179,9 @@ func fences(batch []claimedRow) string {
 	return strings.Join(parts, ",")
 }
 
-func (m *partitioned) deliverBatch(ctx context.Context, d *sinkDelivery) { deliverInKeyOrder(ctx, d) }
+func (m *partitioned) deliverBatch(ctx context.Context, d *sinkDelivery) {
+	deliverInKeyOrder(ctx, d, m.e.chains)
+}
 
 func (m *partitioned) settleStatements() settleStatements { return m.settle }
 

@@ -2,7 +2,9 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -274,4 +276,73 @@ func TestRelay_PartitionedModeARelayFrozenMidRoundDoesNotStopTheOthers(t *testin
 	}
 	relaytest.InsertRows(t, b.db, 50, "events.after")
 	relaytest.WaitDrained(t, b.db, 30*time.Second)
+}
+
+func TestRelay_PartitionedModeClaimsAKeysNextRowsWhileItsPreviousRowIsInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var delivered []int64
+	first := true
+	sink := &sinktest.Func{DeliverFunc: func(ctx context.Context, msgs []sinks.Message) []error {
+		errs := make([]error, len(msgs))
+		mu.Lock()
+		hold := first
+		first = false
+		mu.Unlock()
+		if hold {
+			// The key's oldest row is in flight until release, then
+			// fails: the rows claimed behind it must not be sent first.
+			<-release
+			return sinks.Fill(errs, errors.New("the receiver is down"))
+		}
+		mu.Lock()
+		for _, m := range msgs {
+			delivered = append(delivered, m.ID)
+		}
+		mu.Unlock()
+		return errs
+	}}
+	cfg := b.config(t)
+	cfg.Mode = outbox.ModePartitioned
+	cfg.BackoffMin, cfg.BackoffMax = 50*time.Millisecond, 50*time.Millisecond
+	cfg.Sinks = map[string]sinks.Sink{"nats": sink}
+	relaytest.Start(t, b.db.Pool, cfg)
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.k', 'x', 'k')`)
+	waitfor.Condition(t, 20*time.Second, "the key's first row to be in flight", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return !first
+	})
+	// The key's next rows, written while its first row is in flight, are
+	// claimed behind it.
+	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.k', 'x', 'k' FROM generate_series(1, 4)`)
+	waitfor.Condition(t, 20*time.Second, "the key's next rows to be claimed", func() bool {
+		var n int
+		_ = b.db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM "+b.db.Table("messages")+" WHERE leased_by IS NOT NULL").Scan(&n)
+		return n == 5
+	})
+	mu.Lock()
+	sent := len(delivered)
+	mu.Unlock()
+	if sent != 0 {
+		t.Fatalf("%d rows sent while the key's oldest row is in flight", sent)
+	}
+	close(release)
+	relaytest.WaitDrained(t, b.db, 30*time.Second)
+	var ids []int64
+	rows, err := b.db.Pool.Query(t.Context(), "SELECT id FROM "+b.db.Table("archive")+" ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(delivered, ids) {
+		t.Fatalf("delivered %v, want the key's rows once each in insert order %v", delivered, ids)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/internal/floor"
 	"github.com/outbox-relay/outbox-relay/relay/internal/horizon"
+	"github.com/outbox-relay/outbox-relay/relay/internal/keychain"
 	"github.com/outbox-relay/outbox-relay/relay/internal/listener"
 	"github.com/outbox-relay/outbox-relay/relay/internal/liveness"
 )
@@ -91,7 +92,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	}
 	r.registry = newRegistry(c, pool, log)
 	r.engine = &engine{cfg: c, pool: pool, log: log, metrics: metrics,
-		claims: newClaimRunner(cfg, pool, log), live: r.live,
+		claims: newClaimRunner(cfg, pool, log), live: r.live, chains: keychain.New(keychain.Config{}),
 		heartbeat: func(ctx context.Context, db queryRower) error {
 			_, err := r.registry.recordHeartbeat(ctx, db)
 			return err
@@ -116,14 +117,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	r.claimHealth = make([]claimHealth, len(claimers))
 	r.settleHealth = &settleHealth{refusedFor: 2 * cfg.Lease}
 	settle := make(chan []rowOutcome, 64)
-	r.dispatcher = &dispatcher{cfg: c, mode: r.mode, inflight: inflight, metrics: metrics, failures: r.failures,
+	r.dispatcher = &dispatcher{cfg: c, mode: r.mode, inflight: inflight, metrics: metrics, failures: r.failures, chains: r.engine.chains,
 		observers: newSinkObservers(c, log, r.watches, r.failures, settle), settle: settle}
 	r.claims = &claimLoops{cfg: c, log: log, metrics: metrics, loops: len(claimers), inflight: inflight,
 		watches: r.watches, pacer: newClaimPacer(claimers), dispatcher: r.dispatcher, floor: r.floor.State,
 		notified: listener.NewBroadcast(), found: listener.NewBroadcast(), listener: r.listener}
 	r.claims.idlePause.Store(int64(cfg.PollInterval))
 	r.settler = &settler{cfg: c, pool: pool, log: log, metrics: metrics, mode: r.mode,
-		sql: r.mode.settleStatements(), health: r.settleHealth, inflight: inflight}
+		sql: r.mode.settleStatements(), health: r.settleHealth, inflight: inflight, chains: r.engine.chains}
 	r.gauges = &gaugeRefresher{cfg: c, pool: pool, log: log, metrics: metrics, mode: r.mode, floor: r.floor.State,
 		tableHealth: render(queryTableHealth, cfg.Schema, nil),
 		horizon: horizon.New(horizon.Config{DB: pool, Logger: log, Hooks: horizon.Hooks{

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/relay/internal/keychain"
 	"github.com/outbox-relay/outbox-relay/relay/internal/liveness"
 )
 
@@ -26,6 +27,7 @@ type settler struct {
 	sql      settleStatements
 	health   *settleHealth
 	inflight *inFlight
+	chains   *keychain.Chains
 }
 
 // settleLoop writes down outcomes until in is closed. Whatever has arrived
@@ -52,6 +54,7 @@ func (s *settler) settleLoop(ctx context.Context, in <-chan []rowOutcome, live *
 		}
 		s.withRetry(ctx, items)
 		s.mode.afterSettle(items)
+		s.chainsSettled(items)
 		var settledBytes int64
 		for i := range items {
 			settledBytes += int64(items[i].size)
@@ -62,6 +65,19 @@ func (s *settler) settleLoop(ctx context.Context, in <-chan []rowOutcome, live *
 			s.metrics.InFlight.WithLabelValues(sink).Sub(float64(n))
 		}
 		live.Wait()
+	}
+}
+
+// chainsSettled tells the chains that the rows of items were settled.
+func (s *settler) chainsSettled(items []rowOutcome) {
+	var links []*keychain.Link
+	for i := range items {
+		if items[i].link != nil {
+			links = append(links, items[i].link)
+		}
+	}
+	if len(links) > 0 {
+		s.chains.Settled(links)
 	}
 }
 

@@ -16,18 +16,30 @@ import "github.com/outbox-relay/outbox-relay/relay/internal/floor"
 // messages_bucket_due_idx, at most @limit, each bucket at most its share
 // (@shares); the byte budget is withinBytes'. Then, for per-key order, a
 // keyed row is kept only when no older row of its key lies outside this
-// claim (in flight, in backoff, not yet due, held back by the byte budget):
-// a key's rows are claimed together, oldest first, and delivered one after
-// the other (keyorder.go). The claim looks for that row once per key
-// (outside: the key's oldest row not in the claim), not once per row,
-// which read a hot key's earlier rows again for each of its rows; and
-// outside carries each key's rows in the claim, so that keeping them and
-// holding keys back take one pass over the claim's keys (a join of the
-// claim's rows with outside, and a lookup of each key's newest row among
-// them, ran as nested loops over both: a million loops and a second for a
-// claim of 1,000 rows over 1,000 keys).
+// claim (in flight in another relay, in backoff, not yet due, held back by
+// the byte budget) but rows this relay (@relay_id) holds under a lease that
+// still runs: a key's rows are claimed together, oldest first, behind the
+// rows of the key this relay is delivering (relay/internal/keychain), and
+// delivered one after the other (keyorder.go). The claim looks for the
+// key's oldest row not in the claim once per key (firsts), not once per
+// row, which read a hot key's earlier rows again for each of its rows; only
+// when that row is this relay's, and older than the key's rows in the
+// claim, does it look further, for the key's first row that is not, or
+// that is newer than the first of the claim (outside: a row of this
+// relay's among the claim's rows of the key is one it is releasing, a hole
+// in the chain), and for the row just before the key's first row in the
+// claim (after: that row is this relay's, and the key's rows in the claim
+// follow its delivery). outside carries each key's rows in the
+// claim, so that keeping them and holding keys back take one pass over the
+// claim's keys (a join of the claim's rows with outside, and a lookup of
+// each key's newest row among them, ran as nested loops over both: a
+// million loops and a second for a claim of 1,000 rows over 1,000 keys).
+// Without the rows in flight here skipped, a claim in a burst of keyed rows
+// over four relays locked about twice the rows it kept: a key's next rows
+// were dropped, claim after claim, while its previous row was delivered.
 // @default_sink and @closed_sinks are those of queryMessagesClaim. Its
-// rows are leaseRows', then one row per key that
+// rows are leaseRows' with after (set on the first row of a key kept
+// behind a row of this relay's), then one row per key that
 // was held back, with only created_at (when its blocking row may move: the
 // end of its lease, or when it is due) and the key set. The relay passes
 // such keys back (@held_keys, when there are any: {held_out} and
@@ -47,13 +59,29 @@ WITH owned AS MATERIALIZED (` + bucketOwned + `
                row_number() OVER (ORDER BY available_at, id) AS n
           FROM due) AS s
      WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
-), outside AS MATERIALIZED (
-    SELECT k.key, k.ids, k.leased, k.newest,
-           (SELECT o.id FROM {schema}.messages AS o
-             WHERE ` + ofKey("o", "k.key") + ` AND o.id <> ALL (k.ids)
-             ORDER BY o.key, o.id LIMIT 1) AS oldest
+), firsts AS MATERIALIZED (
+    SELECT k.key, k.ids, k.leased, k.newest, o.id AS first,
+           (o.leased_by = @relay_id AND ` + leaseRunning("o") + `) IS TRUE AS ours
       FROM (SELECT key, array_agg(id ORDER BY id) AS ids, array_agg(leased_by ORDER BY id) AS leased, max(id) AS newest
               FROM fits WHERE key IS NOT NULL GROUP BY key) AS k
+      LEFT JOIN LATERAL (
+           SELECT o.id, o.leased_by, o.leased_until FROM {schema}.messages AS o
+            WHERE ` + ofKey("o", "k.key") + ` AND o.id <> ALL (k.ids)
+            ORDER BY o.key, o.id LIMIT 1) AS o ON true
+), outside AS MATERIALIZED (
+    SELECT f.key, f.ids, f.leased, f.newest,
+           CASE WHEN f.ours AND f.first < f.ids[1]
+                THEN (SELECT o.id FROM {schema}.messages AS o
+                       WHERE ` + ofKey("o", "f.key") + ` AND o.id <> ALL (f.ids)
+                         AND (o.id > f.ids[1] OR (o.leased_by = @relay_id AND ` + leaseRunning("o") + `) IS NOT TRUE)
+                       ORDER BY o.key, o.id LIMIT 1)
+                ELSE f.first END AS oldest,
+           CASE WHEN f.ours AND f.first < f.ids[1]
+                THEN (SELECT o.id FROM {schema}.messages AS o
+                       WHERE o.key IS NOT NULL AND (o.key, o.id) < (f.key, f.ids[1]) AND (o.key, o.id) >= (f.key, ` + floor.IDFloor + `)
+                       ORDER BY o.key DESC, o.id DESC LIMIT 1)
+                END AS after
+      FROM firsts AS f
 ), kept AS MATERIALIZED (
     SELECT f.id, f.leased_by FROM fits AS f WHERE f.key IS NULL
      UNION ALL
@@ -66,14 +94,16 @@ WITH owned AS MATERIALIZED (` + bucketOwned + `
      WHERE x.oldest < x.newest
 ), leased AS (` + leaseRows("kept", "{schema}.messages_bucket(m.key, m.id)") + `
 )
-SELECT *, NULL::text AS held_key FROM leased
+SELECT l.*, NULL::text AS held_key, x.after
+  FROM leased AS l
+  LEFT JOIN outside AS x ON x.after IS NOT NULL AND l.id = x.ids[1]
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT CASE WHEN o.leased_until > now() THEN least(o.leased_until, now() + @lease::interval)
                     ELSE greatest(o.available_at, now()) END
           FROM {schema}.messages AS o
          WHERE o.id = h.oldest),
-       NULL, NULL, NULL, NULL, NULL, NULL, h.key
+       NULL, NULL, NULL, NULL, NULL, NULL, h.key, NULL
   FROM held AS h`
 
 // ofKey is the condition that m is a row of key (an expression of an outer

@@ -30,6 +30,12 @@ const (
 	nextClaimSeq = `CASE WHEN m.claim_seq >= 2147483646 OR m.claim_seq < 0 THEN 1 ELSE m.claim_seq + 1 END`
 )
 
+// leaseRunning holds for a row of alias m under a lease that still runs
+// (leaseOver's opposite, for a row with a lease).
+func leaseRunning(m string) string {
+	return m + `.leased_until > now() AND ` + m + `.leased_until <= now() + interval '24 hours'`
+}
+
 // withinBytes selects, from the rows of the CTE from (id, leased_by,
 // available_at, size), oldest first, those whose payloads add up to at most
 // @byte_budget, and the first row whatever its size when @oversized is true

@@ -40,15 +40,35 @@ WITH owned AS MATERIALIZED (
                row_number() OVER (ORDER BY available_at, id) AS n
           FROM due) AS s
      WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
-), outside AS MATERIALIZED (
-    SELECT k.key, k.ids, k.leased, k.newest,
-           (SELECT o.id FROM "outbox".messages AS o
-             WHERE o.key IS NOT NULL AND (o.key, o.id) >= (k.key, (SELECT least(min(w.id), @id_floor::bigint)
-                    FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
-                   WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot()))) AND (o.key, o.id) <= (k.key, 9223372036854775807) AND o.id <> ALL (k.ids)
-             ORDER BY o.key, o.id LIMIT 1) AS oldest
+), firsts AS MATERIALIZED (
+    SELECT k.key, k.ids, k.leased, k.newest, o.id AS first,
+           (o.leased_by = @relay_id AND o.leased_until > now() AND o.leased_until <= now() + interval '24 hours') IS TRUE AS ours
       FROM (SELECT key, array_agg(id ORDER BY id) AS ids, array_agg(leased_by ORDER BY id) AS leased, max(id) AS newest
               FROM fits WHERE key IS NOT NULL GROUP BY key) AS k
+      LEFT JOIN LATERAL (
+           SELECT o.id, o.leased_by, o.leased_until FROM "outbox".messages AS o
+            WHERE o.key IS NOT NULL AND (o.key, o.id) >= (k.key, (SELECT least(min(w.id), @id_floor::bigint)
+                    FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
+                   WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot()))) AND (o.key, o.id) <= (k.key, 9223372036854775807) AND o.id <> ALL (k.ids)
+            ORDER BY o.key, o.id LIMIT 1) AS o ON true
+), outside AS MATERIALIZED (
+    SELECT f.key, f.ids, f.leased, f.newest,
+           CASE WHEN f.ours AND f.first < f.ids[1]
+                THEN (SELECT o.id FROM "outbox".messages AS o
+                       WHERE o.key IS NOT NULL AND (o.key, o.id) >= (f.key, (SELECT least(min(w.id), @id_floor::bigint)
+                    FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
+                   WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot()))) AND (o.key, o.id) <= (f.key, 9223372036854775807) AND o.id <> ALL (f.ids)
+                         AND (o.id > f.ids[1] OR (o.leased_by = @relay_id AND o.leased_until > now() AND o.leased_until <= now() + interval '24 hours') IS NOT TRUE)
+                       ORDER BY o.key, o.id LIMIT 1)
+                ELSE f.first END AS oldest,
+           CASE WHEN f.ours AND f.first < f.ids[1]
+                THEN (SELECT o.id FROM "outbox".messages AS o
+                       WHERE o.key IS NOT NULL AND (o.key, o.id) < (f.key, f.ids[1]) AND (o.key, o.id) >= (f.key, (SELECT least(min(w.id), @id_floor::bigint)
+                    FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
+                   WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot())))
+                       ORDER BY o.key DESC, o.id DESC LIMIT 1)
+                END AS after
+      FROM firsts AS f
 ), kept AS MATERIALIZED (
     SELECT f.id, f.leased_by FROM fits AS f WHERE f.key IS NULL
      UNION ALL
@@ -85,12 +105,14 @@ WITH owned AS MATERIALIZED (
                      THEN CASE WHEN octet_length(m.headers::text) > 16384 THEN 'headers ' || octet_length(m.headers::text) END
            END AS too_large
 )
-SELECT *, NULL::text AS held_key FROM leased
+SELECT l.*, NULL::text AS held_key, x.after
+  FROM leased AS l
+  LEFT JOIN outside AS x ON x.after IS NOT NULL AND l.id = x.ids[1]
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT CASE WHEN o.leased_until > now() THEN least(o.leased_until, now() + @lease::interval)
                     ELSE greatest(o.available_at, now()) END
           FROM "outbox".messages AS o
          WHERE o.id = h.oldest),
-       NULL, NULL, NULL, NULL, NULL, NULL, h.key
+       NULL, NULL, NULL, NULL, NULL, NULL, h.key, NULL
   FROM held AS h
