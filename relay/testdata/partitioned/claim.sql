@@ -25,35 +25,24 @@ WITH owned AS MATERIALIZED (
                row_number() OVER (ORDER BY available_at, id) AS n
           FROM due) AS s
      WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
-), firsts AS MATERIALIZED (
-    SELECT k.key, k.ids, k.leased, k.newest, o.id AS first,
-           (o.leased_by = @relay_id AND o.leased_until > now() AND o.leased_until <= now() + interval '24 hours') IS TRUE AS ours
+), outside AS MATERIALIZED (
+    SELECT k.key, k.ids, k.leased, k.newest,
+           CASE WHEN p.id IS NULL OR p.ours
+                THEN (SELECT o.id FROM "outbox".messages AS o
+                       WHERE o.key IS NOT NULL AND (o.key, o.id) > (k.key, k.ids[1]) AND (o.key, o.id) <= (k.key, 9223372036854775807)
+                         AND o.id <> ALL (k.ids)
+                       ORDER BY o.key, o.id LIMIT 1)
+                ELSE p.id END AS oldest,
+           CASE WHEN p.ours THEN p.id END AS after
       FROM (SELECT key, array_agg(id ORDER BY id) AS ids, array_agg(leased_by ORDER BY id) AS leased, max(id) AS newest
               FROM fits WHERE key IS NOT NULL GROUP BY key) AS k
       LEFT JOIN LATERAL (
-           SELECT o.id, o.leased_by, o.leased_until FROM "outbox".messages AS o
-            WHERE o.key IS NOT NULL AND (o.key, o.id) >= (k.key, (SELECT least(min(w.id), @id_floor::bigint)
-                    FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
-                   WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot()))) AND (o.key, o.id) <= (k.key, 9223372036854775807) AND o.id <> ALL (k.ids)
-            ORDER BY o.key, o.id LIMIT 1) AS o ON true
-), outside AS MATERIALIZED (
-    SELECT f.key, f.ids, f.leased, f.newest,
-           CASE WHEN f.ours AND f.first < f.ids[1]
-                THEN (SELECT o.id FROM "outbox".messages AS o
-                       WHERE o.key IS NOT NULL AND (o.key, o.id) >= (f.key, (SELECT least(min(w.id), @id_floor::bigint)
-                    FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
-                   WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot()))) AND (o.key, o.id) <= (f.key, 9223372036854775807) AND o.id <> ALL (f.ids)
-                         AND (o.id > f.ids[1] OR (o.leased_by = @relay_id AND o.leased_until > now() AND o.leased_until <= now() + interval '24 hours') IS NOT TRUE)
-                       ORDER BY o.key, o.id LIMIT 1)
-                ELSE f.first END AS oldest,
-           CASE WHEN f.ours AND f.first < f.ids[1]
-                THEN (SELECT o.id FROM "outbox".messages AS o
-                       WHERE o.key IS NOT NULL AND (o.key, o.id) < (f.key, f.ids[1]) AND (o.key, o.id) >= (f.key, (SELECT least(min(w.id), @id_floor::bigint)
+           SELECT o.id, (o.leased_by = @relay_id AND o.leased_until > now() AND o.leased_until <= now() + interval '24 hours') IS TRUE AS ours
+             FROM "outbox".messages AS o
+            WHERE o.key IS NOT NULL AND (o.key, o.id) < (k.key, k.ids[1]) AND (o.key, o.id) >= (k.key, (SELECT least(min(w.id), @id_floor::bigint)
                     FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
                    WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot())))
-                       ORDER BY o.key DESC, o.id DESC LIMIT 1)
-                END AS after
-      FROM firsts AS f
+            ORDER BY o.key DESC, o.id DESC LIMIT 1) AS p ON true
 ), kept AS MATERIALIZED (
     SELECT f.id, f.leased_by FROM fits AS f WHERE f.key IS NULL
      UNION ALL
