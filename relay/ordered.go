@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,6 +30,13 @@ type ordered struct {
 	// wake wakes the head claimers after a settle: a key's next row is
 	// claimable as soon as its head is settled.
 	wake chan struct{}
+	// claimingHeads lets one claim of heads of this relay run at a time:
+	// a claim that overlapped another met the heads that one was leasing
+	// as due rows nobody held, and marked the rows behind them waiting,
+	// each a write and a promotion later (200k burst over 5,000 keys, four
+	// relays in one process: 13.9-14.1k events/s against 12.1-13.7k, and
+	// PostgreSQL 8.7-9.0 s per 100k against 9.7-11.0).
+	claimingHeads sync.Mutex
 }
 
 // markWaitingAfter is how long a head's delivery may be under way before
@@ -102,8 +110,10 @@ func (m *ordered) claimHeadsOfKeys(ctx context.Context, req claimRequest) ([]cla
 	// bitmap scan that read and sorted all of its key's rows: with 100 keys
 	// 367 rows deep under a pinned horizon, 37k buffers and 1.5 s a claim,
 	// which leased nothing while the backlog grew.
+	m.claimingHeads.Lock()
 	batch, _, err := m.e.claims.runClaim(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")
 	m.e.chainKeys(batch)
+	m.claimingHeads.Unlock()
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
 		m.e.log.Debug("a claim of heads gave up waiting for a row another transaction is changing", "err", err)
 		return nil, nil
