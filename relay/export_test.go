@@ -21,3 +21,7 @@ func SetLivenessThreshold(r *Relay, d time.Duration) {
 	r.live = newLiveness(r.log, d)
 	r.engine.live = r.live
 }
+
+// ChainLinks is how many links of keyed rows r holds
+// (relay/internal/keychain).
+func ChainLinks(r *Relay) int { return r.engine.chains.Len() }

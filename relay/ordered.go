@@ -111,8 +111,10 @@ func (m *ordered) claimHeadsOfKeys(ctx context.Context, req claimRequest) ([]cla
 	// 367 rows deep under a pinned horizon, 37k buffers and 1.5 s a claim,
 	// which leased nothing while the backlog grew.
 	m.claimingHeads.Lock()
+	end := m.e.chains.Begin() // and the links settled before are forgotten
 	batch, _, err := m.e.claims.runClaim(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")
 	m.e.chainKeys(batch)
+	end()
 	m.claimingHeads.Unlock()
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
 		m.e.log.Debug("a claim of heads gave up waiting for a row another transaction is changing", "err", err)

@@ -346,3 +346,25 @@ func TestRelay_PartitionedModeClaimsAKeysNextRowsWhileItsPreviousRowIsInFlight(t
 		t.Fatalf("delivered %v, want the key's rows once each in insert order %v", delivered, ids)
 	}
 }
+
+func TestRelay_KeyedModesForgetTheLinksOfSettledRows(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []outbox.Mode{outbox.ModeOrdered, outbox.ModePartitioned} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			cfg := b.config(t)
+			cfg.Mode = mode
+			b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key)
+			              SELECT 'events.k', 'x', 'k' || (i % 50) FROM generate_series(1, 2000) AS i`)
+			r, _ := relaytest.Start(t, b.db.Pool, cfg)
+			relaytest.WaitDrained(t, b.db, 60*time.Second)
+			// The claims that follow (the relay polls) forget the links of
+			// the rows settled before them: a relay's memory does not grow
+			// with the rows it has delivered.
+			waitfor.Condition(t, 20*time.Second, "the links of the delivered rows to be forgotten", func() bool {
+				return relay.ChainLinks(r) == 0
+			})
+		})
+	}
+}
