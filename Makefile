@@ -98,21 +98,27 @@ bench-processes: build
 # shipped binary with its defaults and refloop, each on its own database
 # of a PostgreSQL the benchmark starts with initdb (stock settings but
 # pg_stat_statements; deleted at the end), a producer committing PIN_RATE
-# rows/s one per transaction in each, and a REPEATABLE READ session
-# holding its snapshot from PIN_AFTER in the pinned databases. Prints dead
-# tuples, claim mean and buffers per claim (pg_stat_statements), claim and
-# commit->receipt p99 every EVERY, then the pinned / unpinned ratios.
-# Smoke run: make bench-pin-horizon DURATION=2m PIN_AFTER=20s EVERY=20s.
+# rows/s one per transaction in each, and the horizon of the pinned
+# databases pinned from PIN_AFTER one of three ways (PIN_HOW): snapshot, a
+# REPEATABLE READ session holding its snapshot (the default); xid, an idle
+# READ COMMITTED transaction holding a transaction id (BEGIN; SELECT
+# txid_current(); left open); readers, four REPEATABLE READ readers per
+# database scanning the hot table and the archive in a loop, 50 ms apart.
+# Prints dead tuples, claim mean and buffers per claim (pg_stat_statements),
+# claim and commit->receipt p99 every EVERY, then the pinned / unpinned
+# ratios. Smoke run: make bench-pin-horizon DURATION=2m PIN_AFTER=20s
+# EVERY=20s PIN_HOW=xid.
 # PINFLAGS passes more (-pg-url URL, -json FILE, -refloop-unpinned).
 DURATION ?= 10m
 EVERY ?= 1m
 PIN_AFTER ?= 1m
 PIN_RATE ?= 1000
+PIN_HOW ?= snapshot
 PINFLAGS ?=
 bench-pin-horizon: build
 	cd $(REFLOOP) && go build -o $(CURDIR)/bin/refloop .
 	go build -o bin/benchcmp ./internal/benchkit/benchcmp
-	bin/benchcmp -pin-horizon -binary bin/outbox-relay -refloop bin/refloop -duration $(DURATION) -every $(EVERY) -pin-after $(PIN_AFTER) -rate $(PIN_RATE) $(PINFLAGS)
+	bin/benchcmp -pin-horizon -binary bin/outbox-relay -refloop bin/refloop -duration $(DURATION) -every $(EVERY) -pin-after $(PIN_AFTER) -rate $(PIN_RATE) -pin-how $(PIN_HOW) $(PINFLAGS)
 
 # One relay serving many outboxes (issue 23; docs/benchmarks.md, "Many
 # outboxes"), on a PostgreSQL server of the benchmark's own (initdb, stock

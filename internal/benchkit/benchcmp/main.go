@@ -18,9 +18,10 @@
 //
 // With -pin-horizon it runs the pinned-horizon benchmark instead
 // (pinhorizon.go, make bench-pin-horizon), on a PostgreSQL server of its
-// own:
+// own, the horizon pinned one of three ways (-pin-how snapshot, xid or
+// readers):
 //
-//	go run ./internal/benchkit/benchcmp -pin-horizon -binary bin/outbox-relay -refloop bin/refloop -duration 10m -pin-after 1m
+//	go run ./internal/benchkit/benchcmp -pin-horizon -binary bin/outbox-relay -refloop bin/refloop -duration 10m -pin-after 1m -pin-how xid
 //
 // With -many-outboxes it runs the many-outboxes benchmark (many.go, make
 // bench-many-outboxes), on a server of its own as well:
@@ -72,10 +73,11 @@ func main() {
 	partitioned := flag.Bool("partitioned", false, "run the relay in partitioned mode (RELAY_MODE=partitioned)")
 	burst := flag.Bool("burst", false, "backlog mode: every row due at the same time, for the relay and for refloop (its -burst)")
 	modes := flag.Bool("modes", false, "run the relay in unordered, ordered and partitioned mode alternately with refloop, with the same replicas, on rows without a key and (with -keys) on keyed rows, and print the ratios of each round and a table of medians")
-	pinHorizon := flag.Bool("pin-horizon", false, "the pinned-horizon benchmark (pinhorizon.go): the relay binary (-binary, default bin/outbox-relay) and refloop, each on its own database with a steady producer at -rate (default 1000, from -producers connections, default 8), while a REPEATABLE READ session pins the horizon of some of them; a table every -every")
+	pinHorizon := flag.Bool("pin-horizon", false, "the pinned-horizon benchmark (pinhorizon.go): the relay binary (-binary, default bin/outbox-relay) and refloop, each on its own database with a steady producer at -rate (default 1000, from -producers connections, default 8), while sessions pin the horizon of some of them (-pin-how); a table every -every")
 	duration := flag.Duration("duration", 10*time.Minute, "-pin-horizon: length of the run")
 	every := flag.Duration("every", time.Minute, "-pin-horizon: sampling interval")
-	pinAfter := flag.Duration("pin-after", time.Minute, "-pin-horizon: when the pinning session takes its snapshot")
+	pinAfter := flag.Duration("pin-after", time.Minute, "-pin-horizon: when the pin starts")
+	pinHow := flag.String("pin-how", pinHowSnapshot, "-pin-horizon: how the pinned databases' horizon is pinned: snapshot (a REPEATABLE READ transaction holding its snapshot), xid (an idle READ COMMITTED transaction holding a transaction id, as BEGIN; SELECT txid_current(); left open) or readers (four REPEATABLE READ readers each scanning the hot table and the archive, 50 ms apart, until the end)")
 	pgURL := flag.String("pg-url", "", "-pin-horizon, -many-outboxes: an existing PostgreSQL server (with pg_stat_statements preloaded) instead of one of the benchmark's own")
 	pgBin := flag.String("pg-bin", "", "-pin-horizon, -many-outboxes: directory of initdb and pg_ctl (default: the newest /usr/lib/postgresql/*/bin, else PATH)")
 	pgPort := flag.Int("pg-port", 5499, "-pin-horizon, -many-outboxes: port of the benchmark's own server (a free one when taken)")
@@ -126,7 +128,7 @@ func main() {
 		o := pinOptions{
 			Binary: *binary, Refloop: *refloop, RefloopUnpinned: *refloopUnpinned,
 			PGURL: *pgURL, PGBin: *pgBin, PGPort: *pgPort, NatsURL: *natsURL,
-			Duration: *duration, Every: *every, PinAfter: *pinAfter,
+			Duration: *duration, Every: *every, PinAfter: *pinAfter, PinHow: *pinHow,
 			Rate: *rate, Producers: *producers, PayloadBytes: *payload, JSON: *jsonOut,
 			Mode: *relayMode, Keys: *keys,
 		}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,14 +29,17 @@ import (
 
 // The pinned-horizon benchmark (-pin-horizon, issue 21): the relay binary
 // with its defaults and refloop, each on a database of its own with a
-// steady producer, while a REPEATABLE READ session holds its snapshot in
-// some of the databases (the pin is per database: PostgreSQL computes the
-// horizon of a table from the sessions of its database). Every interval
-// it samples each database's hot table (dead tuples, rows in it), the
-// claim statements' calls, time and buffers from pg_stat_statements, the
-// rows produced and archived, and, for the relays, the claim histogram of
-// their /metrics and commit → receipt latency on their stream; it prints
-// the issue's table and the pinned / unpinned ratios.
+// steady producer, while sessions pin the horizon of some of the databases
+// (the pin is per database: PostgreSQL computes the horizon of a table
+// from the sessions of its database), one of three ways (-pin-how, pin): a
+// REPEATABLE READ transaction holding its snapshot, an idle transaction
+// holding a transaction id, or REPEATABLE READ readers scanning the outbox
+// in a loop. Every interval it samples each database's hot table (dead
+// tuples, rows in it), the claim statements' calls, time and buffers from
+// pg_stat_statements, the rows produced and archived, and, for the relays,
+// the claim histogram of their /metrics and commit → receipt latency on
+// their stream; it prints the issue's table and the pinned / unpinned
+// ratios.
 
 // pinOptions configure a pinned-horizon run.
 type pinOptions struct {
@@ -69,6 +73,36 @@ type pinOptions struct {
 	// Grace is how long refloop may take after the producers stopped to
 	// deliver the rest and print its line (default 30s).
 	Grace time.Duration
+	// PinHow is how the pinned databases' horizon is pinned (-pin-how):
+	// pinHowSnapshot (the default when empty), pinHowXID or pinHowReaders.
+	PinHow string
+}
+
+// The ways -pin-how pins the horizon of the pinned databases (pin).
+const (
+	pinHowSnapshot = "snapshot" // a REPEATABLE READ transaction holding its snapshot
+	pinHowXID      = "xid"      // an idle transaction holding a transaction id
+	pinHowReaders  = "readers"  // REPEATABLE READ readers scanning the outbox in a loop
+)
+
+// pinReaders is the number of readers -pin-how readers runs in each pinned
+// database, and readerPause their pause between two read transactions,
+// which keeps them from taking the CPU alone.
+const (
+	pinReaders  = 4
+	readerPause = 50 * time.Millisecond
+)
+
+// pinLabel names a way of pinning in the tables and the summary: the
+// pinned columns say which pin their figures were measured under.
+func pinLabel(how string) string {
+	switch how {
+	case pinHowXID:
+		return "idle xid"
+	case pinHowReaders:
+		return strconv.Itoa(pinReaders) + " RR readers"
+	}
+	return "held snapshot"
 }
 
 func (o pinOptions) validate() error {
@@ -81,6 +115,11 @@ func (o pinOptions) validate() error {
 		return fmt.Errorf("-pin-after %s: want from 0 to less than -duration %s", o.PinAfter, o.Duration)
 	case o.Rate <= 0 || o.Producers < 1 || o.PayloadBytes < 1:
 		return errors.New("-rate, -producers and -payload must be positive")
+	}
+	switch o.PinHow {
+	case "", pinHowSnapshot, pinHowXID, pinHowReaders:
+	default:
+		return fmt.Errorf("-pin-how %q: want %s, %s or %s", o.PinHow, pinHowSnapshot, pinHowXID, pinHowReaders)
 	}
 	for _, bin := range []string{o.Binary, o.Refloop} {
 		if bin == "" {
@@ -113,9 +152,13 @@ type contender struct {
 	stats                    *pgxpool.Pool
 	receipts                 *receipts
 	prev                     counters
+	reads                    atomic.Int64  // read transactions the pin's readers committed
 	Samples                  []pinSample   `json:"samples"`
 	Refloop                  *bench.Result `json:"refloop_result,omitempty"`
 	CommitReceiptP99Ms       *float64      `json:"commit_receipt_p99_ms_whole_run,omitempty"`
+	// PinReads is, with -pin-how readers, the read transactions its
+	// readers committed by the last sample.
+	PinReads int64 `json:"pin_reads,omitempty"`
 }
 
 // pinSample is what one interval measured on one contender.
@@ -129,7 +172,7 @@ type pinSample struct {
 	Claims          int64   `json:"claims"`
 	ClaimMeanMs     float64 `json:"claim_mean_ms"`
 	BuffersPerClaim float64 `json:"buffers_per_claim"`
-	XminAge         int64   `json:"oldest_xmin_age"`
+	XminAge         int64   `json:"oldest_xmin_age"` // of its sessions' xmin and xid: how far the horizon lags
 	// The relay's claim p99 from its histogram (claim round trip) and
 	// commit → receipt p99 from its stream; absent for refloop.
 	ClaimP99Ms *float64 `json:"claim_p99_ms,omitempty"`
@@ -167,6 +210,9 @@ const (
 
 // runPinHorizon runs the benchmark and writes its tables to w.
 func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, error) {
+	if o.PinHow == "" {
+		o.PinHow = pinHowSnapshot
+	}
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
@@ -290,12 +336,9 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 		fmt.Fprintf(w, "relays in RELAY_MODE=%s, rows spread over %d keys\n", o.Mode, o.Keys)
 	}
 
-	var pins []*pgx.Conn
-	defer func() {
-		for _, p := range pins {
-			_ = p.Close(context.WithoutCancel(ctx))
-		}
-	}()
+	// The pin holds until the end of the run, refloop's grace included.
+	var hold *pinHold
+	defer func() { hold.release(context.WithoutCancel(ctx)) }()
 	pinAt := time.NewTimer(time.Until(t0.Add(o.PinAfter)))
 	defer pinAt.Stop()
 	pinned := false
@@ -315,12 +358,15 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 				}
 				producers--
 			case <-pinAt.C:
-				if pins, err = pin(ctx, cs); err != nil {
+				if hold, err = pin(ctx, o.PinHow, cs, os.Stderr); err != nil {
 					tick.Stop()
 					return nil, err
 				}
 				pinned = true
-				fmt.Fprintf(w, "pin held from %s in %s\n", time.Since(t0).Round(time.Second), pinnedNames(cs))
+				fmt.Fprintf(w, "pin (%s) held from %s in %s\n", pinLabel(o.PinHow), time.Since(t0).Round(time.Second), pinnedNames(cs))
+				if o.PinHow == pinHowXID {
+					fmt.Fprintln(w, "note: a running xid is in every snapshot the server takes, so the unpinned databases' snapshots hold it as their xmin too (pinXID)")
+				}
 			case <-tick.C:
 				break wait
 			}
@@ -341,6 +387,9 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 		}
 	}
 	rep.LoadAfter = loadavg()
+	for _, c := range cs {
+		c.PinReads = c.reads.Load()
+	}
 
 	// Refloop delivers the rest and prints its line; the relays stop.
 	for _, c := range cs {
@@ -654,30 +703,164 @@ func createStream(ctx context.Context, natsURL, name, subject string) error {
 	return err
 }
 
-// pin opens, in each pinned contender's database, a REPEATABLE READ
-// transaction that runs one query and then holds its snapshot until the
-// end of the run.
-func pin(ctx context.Context, cs []*contender) ([]*pgx.Conn, error) {
-	var conns []*pgx.Conn
+// pinHold is a pin in place: the connections whose transactions hold the
+// horizon and, with -pin-how readers, the goroutines that run the readers
+// on some of them. release ends it.
+type pinHold struct {
+	conns   []*pgx.Conn
+	stop    context.CancelFunc // ends the readers' context
+	readers sync.WaitGroup
+}
+
+// pin pins the horizon of each pinned contender's database the way how
+// says (pinSnapshot, pinXID or startReaders), on connections of its own,
+// until the returned hold is released. When one database cannot be
+// pinned, what was pinned already is released and the run fails.
+func pin(ctx context.Context, how string, cs []*contender, log io.Writer) (*pinHold, error) {
+	h := &pinHold{}
+	readCtx, stop := context.WithCancel(ctx)
+	h.stop = stop
 	for _, c := range cs {
 		if !c.Pinned {
 			continue
 		}
-		conn, err := pgx.Connect(ctx, c.url)
-		if err != nil {
-			return conns, err
+		var err error
+		switch how {
+		case pinHowXID:
+			err = h.pinXID(ctx, c)
+		case pinHowReaders:
+			err = h.startReaders(ctx, readCtx, c, log)
+		default:
+			err = h.pinSnapshot(ctx, c)
 		}
-		conns = append(conns, conn)
-		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 		if err != nil {
-			return conns, err
-		}
-		var n int64
-		if err := tx.QueryRow(ctx, "SELECT count(*) FROM pg_catalog.pg_class").Scan(&n); err != nil {
-			return conns, fmt.Errorf("pin %s: %w", c.DB, err)
+			h.release(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("pin %s (-pin-how %s): %w", c.DB, how, err)
 		}
 	}
-	return conns, nil
+	return h, nil
+}
+
+// release ends the pin: it stops the readers, waits for them and closes
+// every connection of the pin, which ends the transactions that held the
+// horizon. A nil hold (no pin yet) has nothing to release.
+func (h *pinHold) release(ctx context.Context) {
+	if h == nil {
+		return
+	}
+	h.stop()
+	h.readers.Wait()
+	for _, conn := range h.conns {
+		_ = conn.Close(ctx)
+	}
+}
+
+// connect opens a connection to the contender's database that release
+// closes.
+func (h *pinHold) connect(ctx context.Context, c *contender) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(ctx, c.url)
+	if err != nil {
+		return nil, err
+	}
+	h.conns = append(h.conns, conn)
+	return conn, nil
+}
+
+// pinSnapshot opens a REPEATABLE READ transaction that runs one query,
+// which takes its snapshot, and then holds it: the snapshot's xmin holds
+// the horizon of the database where it was until release.
+func (h *pinHold) pinSnapshot(ctx context.Context, c *contender) error {
+	conn, err := h.connect(ctx, c)
+	if err != nil {
+		return err
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	var n int64
+	return tx.QueryRow(ctx, "SELECT count(*) FROM pg_catalog.pg_class").Scan(&n)
+}
+
+// pinXID opens a READ COMMITTED transaction that takes a transaction id
+// (pg_current_xact_id, formerly txid_current) and then sits idle in it
+// until release, as an application's BEGIN; SELECT txid_current(); left
+// open does. It holds no snapshot between statements, but its running
+// xid holds the horizon of its database where it was. The xid is also the
+// xmin of every snapshot taken meanwhile in any database, so that it may
+// hold the unpinned databases' horizon too while such a snapshot lives.
+func (h *pinHold) pinXID(ctx context.Context, c *contender) error {
+	conn, err := h.connect(ctx, c)
+	if err != nil {
+		return err
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return err
+	}
+	var xid string
+	return tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&xid)
+}
+
+// startReaders connects pinReaders readers to the contender's database,
+// each on a connection of its own, and starts them: until readCtx ends
+// (the run's context, or release), each runs REPEATABLE READ read-only
+// transactions that scan the hot table and the archive whole, readerPause
+// apart, and counts them in c.reads. No snapshot lives long, but the
+// horizon stays at the oldest of the readers' snapshots, as it does under
+// a reporting job's or analysts' queries, and moves on as they commit. A
+// connection that fails fails the pin; a read that fails is logged to log
+// once for the database, and the readers go on.
+func (h *pinHold) startReaders(ctx, readCtx context.Context, c *contender, log io.Writer) error {
+	// pg_column_size reads each row's payload without decoding it: the
+	// scan visits every tuple, dead ones included, for little CPU.
+	scan := fmt.Sprintf("SELECT count(*), coalesce(sum(pg_column_size(payload)), 0) FROM (SELECT payload FROM %s UNION ALL SELECT payload FROM %s) AS t",
+		pgx.Identifier{c.hotSchema, c.hot}.Sanitize(), pgx.Identifier{c.hotSchema, c.archived}.Sanitize())
+	var logOnce sync.Once
+	for i := range pinReaders {
+		conn, err := h.connect(ctx, c)
+		if err != nil {
+			return err
+		}
+		h.readers.Go(func() {
+			// Staggered, so that their snapshots overlap rather than
+			// start and end together.
+			pause := time.Duration(i) * readerPause / pinReaders
+			for {
+				select {
+				case <-readCtx.Done():
+					return
+				case <-time.After(pause):
+				}
+				pause = readerPause
+				err := readWhole(readCtx, conn, scan)
+				switch {
+				case err == nil:
+					c.reads.Add(1)
+				case readCtx.Err() == nil:
+					logOnce.Do(func() {
+						fmt.Fprintf(log, "%s: pin reader: %v (logged once; the readers go on)\n", c.Name, err)
+					})
+				}
+			}
+		})
+	}
+	return nil
+}
+
+// readWhole runs one reader's transaction: REPEATABLE READ, read only, the
+// scan, then commit.
+func readWhole(ctx context.Context, conn *pgx.Conn, scan string) error {
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) // after Commit, a no-op
+	var rows, bytes int64
+	if err := tx.QueryRow(ctx, scan).Scan(&rows, &bytes); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 func pinnedNames(cs []*contender) string {

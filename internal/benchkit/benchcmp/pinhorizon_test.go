@@ -78,13 +78,38 @@ outbox_relay_settle_duration_seconds_bucket{le="+Inf"} 7
 	}
 }
 
-// TestPinHorizon runs the benchmark for a few seconds at a small rate,
-// with the in-repository reference loop (internal/benchkit/yardstick) as refloop,
-// on a PostgreSQL it starts with initdb: it fails, never skips, when
-// PostgreSQL is not installed (.ci/prerequisites installs it).
-func TestPinHorizon(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "outbox-relay")
-	refloop := filepath.Join(t.TempDir(), "refloop")
+// -pin-how takes snapshot (also when unset), xid or readers, and an error
+// names the flag and the ways.
+func TestPinOptionsValidate_PinHow(t *testing.T) {
+	o := pinOptions{Binary: os.Args[0], Duration: 6 * time.Second, Every: 2 * time.Second, PinAfter: 2 * time.Second,
+		Rate: 50, Producers: 2, PayloadBytes: 256}
+	for _, how := range []string{"", pinHowSnapshot, pinHowXID, pinHowReaders} {
+		o.PinHow = how
+		if err := o.validate(); err != nil {
+			t.Errorf("-pin-how %q: %v", how, err)
+		}
+	}
+	for _, how := range []string{"xmin", "Snapshot", "readers,xid", " xid"} {
+		o.PinHow = how
+		err := o.validate()
+		if err == nil {
+			t.Errorf("-pin-how %q: no error", how)
+			continue
+		}
+		for _, want := range []string{"-pin-how", "snapshot", "xid", "readers"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("-pin-how %q: error %q does not name %q", how, err, want)
+			}
+		}
+	}
+}
+
+// buildPinBinaries builds the relay and the in-repository reference loop
+// (internal/benchkit/yardstick) as refloop, for the pinned-horizon runs.
+func buildPinBinaries(t *testing.T) (bin, refloop string) {
+	t.Helper()
+	bin = filepath.Join(t.TempDir(), "outbox-relay")
+	refloop = filepath.Join(t.TempDir(), "refloop")
 	for target, pkg := range map[string]string{bin: ".", refloop: "./internal/benchkit/yardstick"} {
 		build := exec.Command("go", "build", "-o", target, pkg)
 		build.Dir = "../../.."
@@ -92,6 +117,15 @@ func TestPinHorizon(t *testing.T) {
 			t.Fatalf("build %s: %v\n%s", pkg, err, out)
 		}
 	}
+	return bin, refloop
+}
+
+// TestPinHorizon runs the benchmark for a few seconds at a small rate,
+// with the in-repository reference loop (internal/benchkit/yardstick) as refloop,
+// on a PostgreSQL it starts with initdb: it fails, never skips, when
+// PostgreSQL is not installed (.ci/prerequisites installs it).
+func TestPinHorizon(t *testing.T) {
+	bin, refloop := buildPinBinaries(t)
 	report := filepath.Join(t.TempDir(), "report.json")
 	o := pinOptions{
 		Binary: bin, Refloop: refloop, Duration: 6 * time.Second, Every: 2 * time.Second, PinAfter: 2 * time.Second,
@@ -105,7 +139,7 @@ func TestPinHorizon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| after | unpinned: dead tuples / claim mean |", "summary after 6s, pinned / unpinned",
+	for _, want := range []string{"| after | unpinned: dead tuples / claim mean |", "summary after 6s, pinned (held snapshot) / unpinned",
 		"refloop pinned: its own result", "relay pinned / refloop pinned claim mean"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
@@ -146,5 +180,73 @@ func TestPinHorizon(t *testing.T) {
 	var back pinReport
 	if err := json.Unmarshal(data, &back); err != nil || len(back.Contenders) != 3 || back.SummaryLine == "" {
 		t.Errorf("the JSON report does not read back: %v", err)
+	}
+}
+
+// TestPinHorizon_PinHow runs the benchmark as TestPinHorizon does with the
+// two other pins: with xid, the pinned databases' oldest xmin age (their
+// sessions' xids counted) grows from one sample to the next while the pin
+// holds; with readers, every pinned database's readers committed read
+// transactions, and the unpinned one has none. Both name their pin in the
+// table, the summary and the JSON report.
+func TestPinHorizon_PinHow(t *testing.T) {
+	bin, refloop := buildPinBinaries(t)
+	for _, how := range []string{pinHowXID, pinHowReaders} {
+		t.Run(how, func(t *testing.T) {
+			report := filepath.Join(t.TempDir(), "report.json")
+			o := pinOptions{
+				Binary: bin, Refloop: refloop, Duration: 6 * time.Second, Every: 2 * time.Second, PinAfter: 2 * time.Second,
+				Rate: 50, Producers: 2, PayloadBytes: 256, JSON: report, PinHow: how,
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			var out bytes.Buffer
+			rep, err := runPinHorizon(ctx, o, &out)
+			t.Log(out.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			label := pinLabel(how)
+			for _, want := range []string{"pin (" + label + ") held from", "| pinned (" + label + "): dead tuples",
+				"summary after 6s, pinned (" + label + ") / unpinned"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q", want)
+				}
+			}
+			if len(rep.Contenders) != 3 {
+				t.Fatalf("%d contenders, want the two relays and refloop", len(rep.Contenders))
+			}
+			for _, c := range rep.Contenders {
+				if len(c.Samples) != 3 {
+					t.Fatalf("%s: %d samples, want 3", c.Name, len(c.Samples))
+				}
+				held, last := c.Samples[1], c.Samples[2]
+				switch {
+				case !held.PinHeld || !last.PinHeld:
+					t.Errorf("%s: the samples after the pin do not know it was held", c.Name)
+				case how == pinHowXID && c.Pinned && (held.XminAge == 0 || last.XminAge <= held.XminAge):
+					t.Errorf("%s: pinned by an idle xid, but oldest xmin age %d, then %d: want it growing", c.Name, held.XminAge, last.XminAge)
+				case how == pinHowReaders && c.Pinned && c.PinReads == 0:
+					t.Errorf("%s: pinned by readers, but they committed no read transaction", c.Name)
+				case how == pinHowReaders && !c.Pinned && c.PinReads != 0:
+					t.Errorf("%s: unpinned, but %d read transactions of the pin's readers", c.Name, c.PinReads)
+				case c.Pinned && last.DeadTuples == 0:
+					t.Errorf("%s: pinned, but no dead tuples", c.Name)
+				}
+				t.Logf("%s: oldest xmin age %d, %d, %d; %d read transactions of the pin's readers",
+					c.Name, c.Samples[0].XminAge, held.XminAge, last.XminAge, c.PinReads)
+			}
+			if how == pinHowReaders && !strings.Contains(out.String(), "read transactions of the pin's readers") {
+				t.Errorf("output lacks the readers' read transactions")
+			}
+			data, err := os.ReadFile(report)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var back pinReport
+			if err := json.Unmarshal(data, &back); err != nil || back.Options.PinHow != how {
+				t.Errorf("the JSON report does not record -pin-how %s: %v, %q", how, err, back.Options.PinHow)
+			}
+		})
 	}
 }

@@ -309,7 +309,10 @@ func (s pinSample) claimP99() string {
 
 // sampleAll takes a sample of every contender: the interval since the
 // previous one. A sample at zero sets the baseline and records nothing.
-// With w set, each contender's line is printed.
+// With w set, each contender's line is printed. The oldest xmin age counts
+// the sessions' transaction ids as well as their xmins: an idle
+// transaction holding an xid (-pin-how xid) has no xmin between
+// statements, yet holds the horizon all the same.
 func sampleAll(ctx context.Context, admin *pgxpool.Pool, cs []*contender, after time.Duration, pinHeld bool, w io.Writer) error {
 	stmts, err := claimStatements(ctx, admin, cs)
 	if err != nil {
@@ -322,7 +325,8 @@ func sampleAll(ctx context.Context, admin *pgxpool.Pool, cs []*contender, after 
 		cur := stmts[c.DB]
 		err := c.stats.QueryRow(ctx, `
 SELECT h.n_dead_tup, h.n_live_tup, h.n_tup_ins, a.n_tup_ins,
-       (SELECT coalesce(max(age(backend_xmin)), 0) FROM pg_catalog.pg_stat_activity WHERE datname = current_database())
+       (SELECT coalesce(max(greatest(age(backend_xmin), age(backend_xid))), 0)
+          FROM pg_catalog.pg_stat_activity WHERE datname = current_database())
   FROM pg_catalog.pg_stat_user_tables AS h, pg_catalog.pg_stat_user_tables AS a
  WHERE h.schemaname = $1 AND h.relname = $2 AND a.schemaname = $1 AND a.relname = $3`,
 			c.hotSchema, c.hot, c.archived).Scan(&cur.dead, &cur.live, &cur.hotIns, &cur.archIns, &cur.xminAge)
@@ -459,8 +463,9 @@ func optMs(v *float64) string {
 }
 
 // printPinTables prints the issue's table (a row per sample), the
-// refloop results and the summary line with the pinned / unpinned ratios
-// of the last interval.
+// refloop results, the readers' transactions with -pin-how readers, and
+// the summary line with the pinned / unpinned ratios of the last
+// interval. The pinned columns and the summary name the pin (pinLabel).
 func printPinTables(w io.Writer, cs []*contender, rep *pinReport) {
 	find := func(name string) *contender {
 		for _, c := range cs {
@@ -472,7 +477,8 @@ func printPinTables(w io.Writer, cs []*contender, rep *pinReport) {
 	}
 	un, pn, ref := find("relay unpinned"), find("relay pinned"), find("refloop pinned")
 	fmt.Fprintf(w, "\nload before %s, after %s; %s; PostgreSQL %s\n\n", rep.LoadBefore, rep.LoadAfter, rep.Version, rep.Server)
-	fmt.Fprintln(w, "| after | unpinned: dead tuples / claim mean | pinned: dead tuples / claim mean / buffers per claim | ideal loop pinned: claim mean | claim p99 unpinned / pinned | commit→receipt p99 unpinned / pinned |")
+	label := pinLabel(rep.Options.PinHow)
+	fmt.Fprintf(w, "| after | unpinned: dead tuples / claim mean | pinned (%s): dead tuples / claim mean / buffers per claim | ideal loop pinned: claim mean | claim p99 unpinned / pinned | commit→receipt p99 unpinned / pinned |\n", label)
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- |")
 	for i := range un.Samples {
 		u, p := un.Samples[i], pn.Samples[i]
@@ -506,14 +512,24 @@ func printPinTables(w io.Writer, cs []*contender, rep *pinReport) {
 			}
 		}
 	}
-	rep.SummaryLine = summaryLine(un, pn, ref)
+	if rep.Options.PinHow == pinHowReaders {
+		var reads []string
+		for _, c := range cs {
+			if c.Pinned {
+				reads = append(reads, fmt.Sprintf("%s %d", c.Name, c.PinReads))
+			}
+		}
+		fmt.Fprintf(w, "read transactions of the pin's readers (%d per pinned database): %s\n", pinReaders, strings.Join(reads, ", "))
+	}
+	rep.SummaryLine = summaryLine(un, pn, ref, label)
 	fmt.Fprintln(w, "\n"+rep.SummaryLine)
 }
 
 // summaryLine compares the last interval of the pinned relay with the
 // unpinned one's, the pinned relay's last interval with its first after
-// the pin (flat is 1×), and refloop's pinned claims with the relay's.
-func summaryLine(un, pn, ref *contender) string {
+// the pin (flat is 1×), and refloop's pinned claims with the relay's;
+// label names the pin.
+func summaryLine(un, pn, ref *contender, label string) string {
 	last := len(un.Samples) - 1
 	if last < 0 || len(pn.Samples) <= last {
 		return "summary: no samples"
@@ -531,8 +547,8 @@ func summaryLine(un, pn, ref *contender) string {
 		}
 		return ratio(*a, *b)
 	}
-	s := fmt.Sprintf("summary after %s, pinned / unpinned: claim mean %s, claim p99 %s, commit→receipt p99 %s, dead tuples %s, buffers per claim %s",
-		time.Duration(u.AfterS*float64(time.Second)), ratio(p.ClaimMeanMs, u.ClaimMeanMs), opt(p.ClaimP99Ms, u.ClaimP99Ms),
+	s := fmt.Sprintf("summary after %s, pinned (%s) / unpinned: claim mean %s, claim p99 %s, commit→receipt p99 %s, dead tuples %s, buffers per claim %s",
+		time.Duration(u.AfterS*float64(time.Second)), label, ratio(p.ClaimMeanMs, u.ClaimMeanMs), opt(p.ClaimP99Ms, u.ClaimP99Ms),
 		opt(p.CommitReceiptP99Ms, u.CommitReceiptP99Ms), ratio(float64(p.DeadTuples), float64(u.DeadTuples)),
 		ratio(p.BuffersPerClaim, u.BuffersPerClaim))
 	if i := slices.IndexFunc(pn.Samples, func(s pinSample) bool { return s.PinHeld }); i >= 0 && i < last {
