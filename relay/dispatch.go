@@ -70,7 +70,7 @@ func (d *dispatcher) deliver(ctx context.Context, name string, batch []claimedRo
 	defer d.deliveries.Done()
 	decided, msgs, tags := d.triage(name, batch)
 	for i := range decided {
-		d.chains.Resolve(decided[i].link, decided[i].kind != kindRetry && decided[i].kind != kindRelease)
+		d.chains.Resolve(decided[i].link, passesKey(decided[i].kind))
 	}
 	if len(decided) > 0 {
 		d.settle <- decided

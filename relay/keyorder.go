@@ -86,8 +86,7 @@ func (k keyOrder) observe(s *sent) {
 	if s.notAttempted {
 		return
 	}
-	kind := s.outcome.kind
-	k.chains.Resolve(k.tags[s.i].self, kind == kindDelivered || kind == kindDead || kind == kindDuplicate)
+	k.chains.Resolve(k.tags[s.i].self, passesKey(s.outcome.kind))
 }
 
 func (k keyOrder) done() {}

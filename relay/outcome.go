@@ -68,6 +68,14 @@ const (
 // the start.
 var outcomeLabels = []string{outcomeDelivered, outcomeRetried, outcomeDeadLettered, outcomeDeduplicated, outcomeReleased}
 
+// passesKey reports whether an outcome of kind k lets the rows of its key
+// behind it go (keychain.Resolve): delivered, a duplicate, or
+// dead-lettered, which ends its hold on the key; a retried or released row
+// holds them.
+func passesKey(k outcomeKind) bool {
+	return k == kindDelivered || k == kindDuplicate || k == kindDead
+}
+
 // outcomeLabel is the metric label of kind k.
 func outcomeLabel(k outcomeKind) string {
 	switch k {
