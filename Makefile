@@ -105,10 +105,13 @@ bench-processes: build
 # txid_current(); left open); readers, four REPEATABLE READ readers per
 # database scanning the hot table and the archive in a loop, 50 ms apart.
 # Prints dead tuples, claim mean and buffers per claim (pg_stat_statements),
-# claim and commit->receipt p99 every EVERY, then the pinned / unpinned
-# ratios. Smoke run: make bench-pin-horizon DURATION=2m PIN_AFTER=20s
-# EVERY=20s PIN_HOW=xid.
-# PINFLAGS passes more (-pg-url URL, -json FILE, -refloop-unpinned).
+# claim and commit->receipt p99, the disk of each contender's tables and the
+# archive's dead tuples (summed over partitions) every EVERY, then the
+# pinned / unpinned ratios, the tables' disk at the end among them. Smoke
+# run: make bench-pin-horizon DURATION=2m PIN_AFTER=20s EVERY=20s
+# PIN_HOW=xid.
+# PINFLAGS passes more (-pg-url URL, -json FILE, -refloop-unpinned,
+# -relay-env RELAY_ARCHIVE_RETENTION=5m, repeatable).
 DURATION ?= 10m
 EVERY ?= 1m
 PIN_AFTER ?= 1m

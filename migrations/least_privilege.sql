@@ -50,7 +50,8 @@ GRANT SELECT (idempotency_key) ON :"schema".messages TO :"producer";
 -- read and write, and no DDL. It claims and settles rows (FOR UPDATE and the
 -- LOCK of a mode switch need UPDATE), archives them, records delivered keys,
 -- dead-letters, registers itself, keeps the mode and the partitioned-mode
--- buckets, deletes expired archive rows and keys, and
+-- buckets, drops expired partitions of the archive and the delivered keys
+-- and deletes their expired rows, and
 -- checks the schema's version.
 GRANT USAGE ON SCHEMA :"schema" TO :"relay";
 GRANT SELECT ON :"schema".schema_version TO :"relay";
@@ -62,6 +63,9 @@ GRANT SELECT, UPDATE ON :"schema".relay_mode TO :"relay";
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".relays TO :"relay";
 GRANT SELECT, UPDATE ON :"schema".buckets TO :"relay";
 GRANT EXECUTE ON FUNCTION :"schema".messages_apply_mode() TO :"relay";
+-- Adds and drops the partitions of the archive and the delivered keys
+-- (relay/internal/history), as the schema's owner.
+GRANT EXECUTE ON FUNCTION :"schema".history_maintain(text, timestamptz, interval, interval, interval) TO :"relay";
 -- A failed row whose id was a dead letter's already is dead-lettered under
 -- the sequence's next id (relay/sql.go, queryMessagesSettle).
 GRANT USAGE ON SEQUENCE :"schema".messages_id_seq TO :"relay";

@@ -40,6 +40,9 @@ type Metrics struct {
 	LockWaits          prometheus.Gauge
 	StatsErrors        prometheus.Counter
 	RetentionDeleted   *prometheus.CounterVec
+	// HistoryPartitions counts the partitions of the archive and the
+	// delivered keys (relay/internal/history).
+	HistoryPartitions *prometheus.GaugeVec
 
 	// The xmin horizon of the database (relay/internal/horizon), by holder.
 	OldestSnapshotAge *prometheus.GaugeVec
@@ -205,6 +208,10 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "retention_deleted_total",
 			Help: "Rows removed after their retention, by table (archive, delivered_keys).",
 		}, []string{"table"}),
+		HistoryPartitions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "history_partitions",
+			Help: "Partitions of the archive and the delivered keys, by table: retention drops whole partitions, so a count that keeps growing means it cannot (see the log).",
+		}, []string{"table"}),
 	}
 }
 
@@ -247,5 +254,6 @@ func (m *Metrics) exportSeries(sinks []string) {
 	}
 	for _, table := range []string{"archive", "delivered_keys"} {
 		m.RetentionDeleted.WithLabelValues(table)
+		m.HistoryPartitions.WithLabelValues(table)
 	}
 }

@@ -147,9 +147,12 @@ func (m *ordered) afterSettle([]rowOutcome) {
 	}
 }
 
-// runMode repairs the keys every retention interval (queryHeadsRepair).
+// repairInterval is how often ordered mode repairs its keys.
+const repairInterval = time.Minute
+
+// runMode repairs the keys every repairInterval (queryHeadsRepair).
 func (m *ordered) runMode(ctx context.Context) {
-	t := time.NewTicker(retentionInterval)
+	t := time.NewTicker(repairInterval)
 	defer t.Stop()
 	for {
 		select {

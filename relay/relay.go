@@ -152,6 +152,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	// The history's partitions before the first claim: after a long
+	// absence, the partition a settle's rows go to may not exist yet.
+	r.retention.history.Maintain(ctx)
 	runCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	// Deliveries and settling outlive ctx: they end on their own schedule
@@ -178,6 +181,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	background.Go(func() { r.gauges.refreshLoop(runCtx) })
 	background.Go(func() { r.floor.Run(runCtx) })
 	background.Go(func() { r.retention.retentionLoop(runCtx) })
+	background.Go(func() { r.retention.history.Run(runCtx) })
 	background.Go(func() { r.failures.logLoop(runCtx) })
 	background.Go(func() { r.live.Run(runCtx) })
 	if r.listener != nil {

@@ -7,77 +7,61 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/relay/internal/history"
 )
 
-// Retention runs this often, deleting this many rows per statement.
-const (
-	retentionInterval = time.Minute
-	retentionChunk    = 5000
-)
+// forgetInterval is how often the relay forgets relays gone for a day.
+const forgetInterval = time.Minute
 
-// retentionJanitor deletes what is past its retentionJanitor: archived rows, delivered
-// keys, and relays gone for a day (loop).
+// retentionJanitor removes what is past its retention: the archive's and
+// the delivered keys' partitions (relay/internal/history keeps them; the
+// janitor wires it) and relays gone for a day.
 type retentionJanitor struct {
-	cfg                                                   *Config
-	pool                                                  *pgxpool.Pool
-	log                                                   *slog.Logger
-	metrics                                               *Metrics
-	deleteExpiredArchive, deleteExpiredKeys, relaysForget string
+	pool         *pgxpool.Pool
+	log          *slog.Logger
+	history      *history.Keeper
+	relaysForget string
 }
 
-// newRetention returns the retention of a relay with cfg.
+// newRetention returns the retention of a relay with cfg: the archive
+// kept for cfg.ArchiveRetention, the delivered keys for cfg.DedupRetention
+// (less than zero: forever).
 func newRetention(cfg *Config, pool *pgxpool.Pool, log *slog.Logger) *retentionJanitor {
-	f := func(q string) string { return render(q, cfg.Schema, nil) }
-	return &retentionJanitor{cfg: cfg, pool: pool, log: log, metrics: cfg.Metrics,
-		deleteExpiredArchive: f(queryArchiveDeleteExpired), deleteExpiredKeys: f(queryDeliveredKeysDeleteExpired),
-		relaysForget: f(queryRelaysForget)}
+	m := cfg.Metrics
+	keeper := history.New(history.Config{
+		DB:         pool,
+		Statements: history.Render(pgx.Identifier{cfg.Schema}.Sanitize()),
+		Tables: []history.Table{
+			{Name: "archive", Keep: cfg.ArchiveRetention},
+			{Name: "delivered_keys", Keep: cfg.DedupRetention, Width: history.LookupWidth(cfg.DedupRetention)},
+		},
+		Logger: log,
+		Redact: redactConnError,
+		Hooks: history.Hooks{
+			Dropped: func(table string, _ int, rows int64) { m.RetentionDeleted.WithLabelValues(table).Add(float64(rows)) },
+			Deleted: func(table string, rows int64) { m.RetentionDeleted.WithLabelValues(table).Add(float64(rows)) },
+			Partitions: func(table string, n int) {
+				m.HistoryPartitions.WithLabelValues(table).Set(float64(n))
+			},
+		},
+	})
+	return &retentionJanitor{pool: pool, log: log, history: keeper,
+		relaysForget: render(queryRelaysForget, cfg.Schema, nil)}
 }
 
-// retentionLoop deletes archived rows, delivered keys and relays gone for a
-// day past their retention every retentionInterval until ctx ends.
+// retentionLoop forgets relays gone for a day every forgetInterval until
+// ctx ends. (The history's keeper runs beside it: Relay.Run.)
 func (rt *retentionJanitor) retentionLoop(ctx context.Context) {
-	t := time.NewTicker(retentionInterval)
+	t := time.NewTicker(forgetInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			rt.enforce(ctx)
 			if _, err := rt.pool.Exec(ctx, rt.relaysForget, pgx.StrictNamedArgs{"gone": forgetAfter}); err != nil && ctx.Err() == nil {
 				rt.log.Warn("forget relays gone for a day", "err", err)
-			}
-		}
-	}
-}
-
-// enforce deletes archived rows and delivered keys older than their
-// retention, a chunk at a time so that no statement runs long. Failures are
-// logged; the next round tries again.
-func (rt *retentionJanitor) enforce(ctx context.Context) {
-	for _, t := range []struct {
-		table     string
-		query     string
-		retention time.Duration
-	}{
-		{"archive", rt.deleteExpiredArchive, rt.cfg.ArchiveRetention},
-		{"delivered_keys", rt.deleteExpiredKeys, rt.cfg.DedupRetention},
-	} {
-		if t.retention < 0 {
-			continue
-		}
-		cutoff := time.Now().Add(-t.retention)
-		for ctx.Err() == nil {
-			tag, err := rt.pool.Exec(ctx, t.query, pgx.StrictNamedArgs{"cutoff": cutoff, "chunk": retentionChunk})
-			if err != nil {
-				if ctx.Err() == nil {
-					rt.log.Warn("enforce retention", "table", t.table, "err", err)
-				}
-				break
-			}
-			rt.metrics.RetentionDeleted.WithLabelValues(t.table).Add(float64(tag.RowsAffected()))
-			if tag.RowsAffected() < retentionChunk {
-				break
 			}
 		}
 	}

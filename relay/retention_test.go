@@ -36,7 +36,7 @@ func TestRetention_DeletesOnlyExpiredRowsInChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.retention.enforce(context.Background())
+	r.retention.history.Maintain(context.Background())
 	if got := db.Count(t, "archive"); got != 10 {
 		t.Errorf("archive holds %d rows after retention, want the 10 fresh ones", got)
 	}
@@ -49,8 +49,15 @@ func TestRetention_DeletesOnlyExpiredRowsInChunks(t *testing.T) {
 
 	// A negative retention keeps everything.
 	db.Exec(t, `UPDATE %s.archive SET delivered_at = now() - interval '1000 days'`)
-	r.cfg.ArchiveRetention = -1
-	r.retention.enforce(context.Background())
+	r, err = New(db.Pool, Config{
+		Schema: db.Name, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}},
+		ArchiveRetention: -1, DedupRetention: 7 * 24 * time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.retention.history.Maintain(context.Background())
 	if got := db.Count(t, "archive"); got != 10 {
 		t.Errorf("archive holds %d rows with retention off, want 10", got)
 	}
@@ -91,7 +98,7 @@ func TestRetention_RunsAsTheLeastPrivilegeRelayRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	r.retention.enforce(ctx)
+	r.retention.history.Maintain(ctx)
 	if _, err := r.pool.Exec(ctx, r.retention.relaysForget, pgx.StrictNamedArgs{"gone": forgetAfter}); err != nil {
 		t.Errorf("forget relays: %v", err)
 	}

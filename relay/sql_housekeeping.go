@@ -1,21 +1,10 @@
 package relay
 
-// The statements of the relay's housekeeping: retention (retention.go),
+// The statements of the relay's housekeeping: retention (retention.go;
+// the history's partitions are relay/internal/history's),
 // the gauges (stats.go; the xmin horizon is relay/internal/horizon), the autovacuum
 // check (autovacuum.go), and the registry of relays and the schema's mode
 // (registry.go).
-
-// queryArchiveDeleteExpired deletes up to @chunk archived rows delivered
-// before @cutoff; the janitor repeats it until fewer come back.
-const queryArchiveDeleteExpired = `
-DELETE FROM {schema}.archive
- WHERE ctid = ANY (ARRAY(SELECT ctid FROM {schema}.archive WHERE delivered_at < @cutoff LIMIT @chunk))`
-
-// queryDeliveredKeysDeleteExpired deletes up to @chunk delivered keys
-// recorded before @cutoff.
-const queryDeliveredKeysDeleteExpired = `
-DELETE FROM {schema}.delivered_keys
- WHERE ctid = ANY (ARRAY(SELECT ctid FROM {schema}.delivered_keys WHERE delivered_at < @cutoff LIMIT @chunk))`
 
 // The gauges' queries run every StatsInterval, however large the backlog:
 // counts stop at gaugeCountCap rows (@cap: a gauge reading the cap means

@@ -85,6 +85,8 @@ func main() {
 	relayMode := flag.String("relay-mode", "", "-pin-horizon: the relays' RELAY_MODE (ordered, partitioned; default: the relay's default); the producers then give each row one of -keys keys")
 	keys := flag.Int("keys", 100, "-pin-horizon with -relay-mode, or a backlog (in process, -binary, -modes) when set: keys the rows are spread over (0: rows without a key); -modes then runs every mode on rows without a key and on these keyed rows")
 	keyOrder := flag.String("key-order", bench.KeyInterleaved, "a backlog with -keys: interleaved (row i has key i mod keys, as producers write them) or grouped (each key's rows consecutive)")
+	var relayEnv settingsFlag
+	flag.Var(&relayEnv, "relay-env", "-pin-horizon: a setting NAME=value every relay runs with besides its defaults, as RELAY_ARCHIVE_RETENTION=5m (repeatable)")
 	refloopUnpinned := flag.Bool("refloop-unpinned", false, "-pin-horizon: also run refloop on an unpinned database")
 	jsonOut := flag.String("json", "", "-pin-horizon, -many-outboxes: also write the report as JSON to this file")
 	manyOutboxes := flag.Bool("many-outboxes", false, "the many-outboxes benchmark (many.go): the relay binary (-binary, default bin/outbox-relay) serving -outboxes idle schemas in four configurations, each measured for -duration (default 60s) after -warmup; then a -backlog in one schema beside a trickle of -trickle-rate rows/s in another")
@@ -130,7 +132,7 @@ func main() {
 			PGURL: *pgURL, PGBin: *pgBin, PGPort: *pgPort, NatsURL: *natsURL,
 			Duration: *duration, Every: *every, PinAfter: *pinAfter, PinHow: *pinHow,
 			Rate: *rate, Producers: *producers, PayloadBytes: *payload, JSON: *jsonOut,
-			Mode: *relayMode, Keys: *keys,
+			Mode: *relayMode, Keys: *keys, RelayEnv: relayEnv,
 		}
 		if !set["binary"] {
 			o.Binary = "bin/outbox-relay"
@@ -399,4 +401,19 @@ func summary(r bench.Result) string {
 		s += ", buckets not shared before the end"
 	}
 	return s
+}
+
+// settingsFlag collects NAME=value settings from a repeated flag.
+type settingsFlag []string
+
+// String returns the settings, comma-separated.
+func (s *settingsFlag) String() string { return strings.Join(*s, ",") }
+
+// Set adds one NAME=value setting.
+func (s *settingsFlag) Set(v string) error {
+	if name, _, ok := strings.Cut(v, "="); !ok || name == "" {
+		return fmt.Errorf("%q is not NAME=value", v)
+	}
+	*s = append(*s, v)
+	return nil
 }

@@ -35,7 +35,8 @@ import (
 // REPEATABLE READ transaction holding its snapshot, an idle transaction
 // holding a transaction id, or REPEATABLE READ readers scanning the outbox
 // in a loop. Every interval it samples each database's hot table (dead
-// tuples, rows in it), the claim statements' calls, time and buffers from
+// tuples, rows in it), the archive's dead tuples, the disk its tables
+// take, the claim statements' calls, time and buffers from
 // pg_stat_statements, the rows produced and archived, and, for the relays,
 // the claim histogram of their /metrics and commit → receipt latency on
 // their stream; it prints the issue's table and the pinned / unpinned
@@ -76,6 +77,9 @@ type pinOptions struct {
 	// PinHow is how the pinned databases' horizon is pinned (-pin-how):
 	// pinHowSnapshot (the default when empty), pinHowXID or pinHowReaders.
 	PinHow string
+	// RelayEnv are settings (NAME=value) every relay runs with besides
+	// its defaults (-relay-env), as RELAY_ARCHIVE_RETENTION=5m.
+	RelayEnv []string
 }
 
 // The ways -pin-how pins the horizon of the pinned databases (pin).
@@ -141,6 +145,7 @@ type contender struct {
 
 	url                      string
 	hotSchema, hot, archived string   // the hot table and the archive
+	tables                   []string // those of hotSchema whose disk a sample sums (tableStats)
 	nats                     string   // its NATS server
 	prefix                   string   // the relay's NATS_SUBJECT_PREFIX
 	env                      []string // settings of its own (relayEnv)
@@ -173,6 +178,14 @@ type pinSample struct {
 	ClaimMeanMs     float64 `json:"claim_mean_ms"`
 	BuffersPerClaim float64 `json:"buffers_per_claim"`
 	XminAge         int64   `json:"oldest_xmin_age"` // of its sessions' xmin and xid: how far the horizon lags
+	// ArchiveDeadTuples are the archive's dead tuples, summed over its
+	// partitions (rows deleted, inserts rolled back): vacuum cannot
+	// remove them under a pin any more than the hot table's (DeadTuples).
+	ArchiveDeadTuples int64 `json:"archive_dead_tuples"`
+	// TablesDiskBytes is the disk the contender's tables take at the
+	// sample (contender.tables, each summed over its partitions, with
+	// their indexes and TOAST): what the pin costs in space.
+	TablesDiskBytes int64 `json:"tables_disk_bytes"`
 	// The relay's claim p99 from its histogram (claim round trip) and
 	// commit → receipt p99 from its stream; absent for refloop.
 	ClaimP99Ms *float64 `json:"claim_p99_ms,omitempty"`
@@ -184,10 +197,11 @@ type pinSample struct {
 
 // counters are the cumulative figures a sample subtracts.
 type counters struct {
-	dead, live, hotIns, archIns, xminAge int64
-	calls, blocks                        int64
-	execMs                               float64
-	hist                                 histogram
+	dead, live, hotIns, hotDel, xminAge int64
+	archDead, diskBytes                 int64
+	calls, blocks                       int64
+	execMs                              float64
+	hist                                histogram
 }
 
 // pinReport is the run, as -json writes it.
@@ -243,14 +257,19 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 		if c.Kind == "relay" && o.Mode != "" {
 			c.env = append(c.env, "RELAY_MODE="+o.Mode)
 		}
+		if c.Kind == "relay" {
+			c.env = append(c.env, o.RelayEnv...)
+		}
 		slug := strings.ReplaceAll(c.Name, " ", "_")
 		c.DB = pinDBPrefix + slug
 		if c.url, err = databaseURL(adminURL, c.DB); err != nil {
 			return nil, err
 		}
-		c.hotSchema, c.hot, c.archived = "outbox", "messages", "archive"
+		c.hotSchema, c.hot, c.archived, c.tables = "outbox", "messages", "archive", relayTables
 		if c.Kind == "refloop" {
+			// Refloop has no table but these two.
 			c.hotSchema, c.hot, c.archived = "public", "outbox", "outbox_archive"
+			c.tables = []string{c.hot, c.archived}
 		}
 		c.prefix = "pin." + slug + "."
 	}

@@ -4,13 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
 )
 
 // The relay's claim statements in every mode (their golden files) and
@@ -104,6 +110,196 @@ func TestPinOptionsValidate_PinHow(t *testing.T) {
 	}
 }
 
+// A sample's line and its JSON carry the disk of the contender's tables
+// and the archive's dead tuples.
+func TestPinSample_DiskAndArchiveDead(t *testing.T) {
+	s := pinSample{AfterS: 60, PinHeld: true, DeadTuples: 12000, RowsInTable: 40, Produced: 60000, Delivered: 59000,
+		Claims: 1200, ClaimMeanMs: 0.4, BuffersPerClaim: 9, ArchiveDeadTuples: 1234,
+		TablesDiskBytes: 129_394_278} // 123.4 MiB
+	line := strings.Join(strings.Fields(s.line()), " ")
+	if want := "buffers/claim 9 disk 123.4 MB archive dead 1234"; !strings.Contains(line, want) {
+		t.Errorf("line %q lacks %q", line, want)
+	}
+	data, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(data, &fields); err != nil {
+		t.Fatal(err)
+	}
+	if fields["tables_disk_bytes"] != float64(s.TablesDiskBytes) || fields["archive_dead_tuples"] != float64(1234) {
+		t.Errorf("JSON sample %s: want tables_disk_bytes %d and archive_dead_tuples 1234", data, s.TablesDiskBytes)
+	}
+	var back pinSample
+	if err := json.Unmarshal(data, &back); err != nil || back.TablesDiskBytes != s.TablesDiskBytes || back.ArchiveDeadTuples != 1234 {
+		t.Errorf("JSON sample does not read back: %v, %+v", err, back)
+	}
+}
+
+func TestSize(t *testing.T) {
+	for n, want := range map[int64]string{
+		0: "0 bytes", 1023: "1023 bytes", 8192: "8.0 kB", 129_394_278: "123.4 MB",
+		3 << 30: "3.0 GB", 1536 << 30: "1.5 TB",
+	} {
+		if got := size(n); got != want {
+			t.Errorf("size(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// The summary gives the pinned / unpinned ratio of the tables' disk at
+// the last sample, and a dash when the unpinned one has none.
+func TestSummaryLine_Disk(t *testing.T) {
+	sample := func(disk int64) []pinSample {
+		return []pinSample{{AfterS: 60, PinHeld: true, Claims: 10, ClaimMeanMs: 1, TablesDiskBytes: disk}}
+	}
+	un, pn := &contender{Samples: sample(100 << 20)}, &contender{Samples: sample(150 << 20)}
+	if got, want := summaryLine(un, pn, nil, "held snapshot"), "tables' disk at the end 1.50×"; !strings.Contains(got, want) {
+		t.Errorf("summary %q lacks %q", got, want)
+	}
+	un.Samples[0].TablesDiskBytes = 0
+	if got, want := summaryLine(un, pn, nil, "held snapshot"), "tables' disk at the end —"; !strings.Contains(got, want) {
+		t.Errorf("summary %q lacks %q", got, want)
+	}
+}
+
+// flushStats has conn's statistics flushed once it is idle
+// (pg_stat_force_next_flush, PostgreSQL 15 on; before, the collector has
+// them within half a second), for a test that reads them from another
+// session.
+func flushStats(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	if _, err := conn.Exec(context.Background(), `
+DO $$ BEGIN
+    IF current_setting('server_version_num')::int >= 150000 THEN
+        PERFORM pg_stat_force_next_flush();
+    END IF;
+END $$`); err != nil {
+		t.Fatalf("flush statistics: %v", err)
+	}
+}
+
+// awaitTableStats reads c's table figures until done accepts them, for
+// ten seconds at most (the statistics reach other sessions a moment after
+// the transactions that made them).
+func awaitTableStats(t *testing.T, c *contender, done func(counters) bool) counters {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var cur counters
+		err := tableStats(context.Background(), c, &cur)
+		if err != nil {
+			t.Fatalf("tableStats: %v", err)
+		}
+		if done(cur) || time.Now().After(deadline) {
+			return cur
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// tableStats counts a migrated schema's partitioned archive over its
+// partitions (a row in each of two) and the disk of the relay's four
+// tables over theirs, as summing pg_total_relation_size over the schema's
+// plain tables of those names and their partitions' does; it counts
+// refloop's plain tables as themselves; a hot table not there yet is
+// pgx.ErrNoRows, another table missing an error naming it. It needs
+// PostgreSQL (TEST_DATABASE_URL) and fails, never skips, without.
+func TestTableStats(t *testing.T) {
+	ctx := context.Background()
+	t.Run("relay", func(t *testing.T) {
+		s := dbtest.New(t)
+		conn := s.Conn(t)
+		var parts int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_catalog.pg_partition_tree($1::regclass) WHERE isleaf", s.Table("archive")).Scan(&parts); err != nil || parts < 2 {
+			t.Fatalf("the archive's partitions: %d, %v; want it partitioned, in two at least", parts, err)
+		}
+		// Half the rows in the first partition, half in the last.
+		q := strings.ReplaceAll(`
+INSERT INTO %s.archive (id, topic, payload, idempotency_key, created_at, attempts, delivered_at)
+SELECT g, 't', '\x00', 'k' || g, now(), 1,
+       (SELECT CASE WHEN g % 2 = 0 THEN min(upper_bound) ELSE max(upper_bound) END FROM %s.history_partitions('archive')) - interval '1 second'
+  FROM generate_series(1, 100) AS g`, "%s", pgx.Identifier{s.Name}.Sanitize())
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("fill the archive: %v", err)
+		}
+		if _, err := conn.Exec(ctx, "DELETE FROM "+s.Table("archive")+" WHERE id <= 10"); err != nil {
+			t.Fatal(err)
+		}
+		// Rows leaving the hot table are the rows delivered.
+		if _, err := conn.Exec(ctx, "INSERT INTO "+s.Table("messages")+" (topic, payload) SELECT 't', 'x' FROM generate_series(1, 5)"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "DELETE FROM "+s.Table("messages")+" WHERE id IN (SELECT id FROM "+s.Table("messages")+" ORDER BY id LIMIT 3)"); err != nil {
+			t.Fatal(err)
+		}
+		var used int
+		if err := conn.QueryRow(ctx, "SELECT count(DISTINCT tableoid) FROM "+s.Table("archive")).Scan(&used); err != nil || used != 2 {
+			t.Fatalf("the archive's rows lie in %d partitions (%v), want 2", used, err)
+		}
+		flushStats(t, conn)
+
+		c := &contender{stats: s.Pool, hotSchema: s.Name, hot: "messages", archived: "archive", tables: relayTables}
+		cur := awaitTableStats(t, c, func(c counters) bool { return c.hotDel == 3 && c.archDead == 10 })
+		if cur.hotDel != 3 || cur.archDead != 10 {
+			t.Errorf("%d rows deleted from the hot table, %d dead tuples in the archive; want 3, 10 (summed over its partitions)", cur.hotDel, cur.archDead)
+		}
+		var disk int64
+		if err := conn.QueryRow(ctx, `
+SELECT sum(pg_catalog.pg_total_relation_size(oid))::bigint FROM pg_catalog.pg_class
+ WHERE relnamespace = $1::regnamespace AND relkind = 'r'
+   AND relname ~ '^(messages|dead_letters|archive(_before_partitions|_\d{8}_\d{6})?|delivered_keys(_before_partitions|_\d{8}_\d{6})?)$'`,
+			pgx.Identifier{s.Name}.Sanitize()).Scan(&disk); err != nil {
+			t.Fatal(err)
+		}
+		if cur.diskBytes != disk || disk == 0 {
+			t.Errorf("disk %d bytes, want %d: the relay's tables and their partitions", cur.diskBytes, disk)
+		}
+
+		c.tables = append(slices.Clone(relayTables), "no_such_table")
+		if err := tableStats(ctx, c, &cur); err == nil || !strings.Contains(err.Error(), "no_such_table") {
+			t.Errorf("a missing table: %v, want an error naming it", err)
+		}
+	})
+
+	t.Run("plain", func(t *testing.T) {
+		s := dbtest.NewEmpty(t)
+		c := &contender{stats: s.Pool, hotSchema: s.Name, hot: "outbox", archived: "outbox_archive", tables: []string{"outbox", "outbox_archive"}}
+		var cur counters
+		if err := tableStats(ctx, c, &cur); !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatalf("before the tables: %v, want pgx.ErrNoRows", err)
+		}
+		conn := s.Conn(t)
+		for _, q := range []string{
+			"CREATE SCHEMA %s",
+			"CREATE TABLE %s.outbox (id bigint PRIMARY KEY, payload bytea NOT NULL)",
+			"CREATE TABLE %s.outbox_archive (id bigint PRIMARY KEY, payload bytea NOT NULL)",
+			"INSERT INTO %s.outbox SELECT g, '\\x00' FROM generate_series(1, 30) AS g",
+			"INSERT INTO %s.outbox_archive SELECT g, '\\x00' FROM generate_series(1, 20) AS g",
+			"DELETE FROM %s.outbox_archive WHERE id <= 5",
+			"DELETE FROM %s.outbox WHERE id <= 7",
+		} {
+			if _, err := conn.Exec(ctx, strings.ReplaceAll(q, "%s", pgx.Identifier{s.Name}.Sanitize())); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		flushStats(t, conn)
+		cur = awaitTableStats(t, c, func(c counters) bool { return c.hotIns == 30 && c.hotDel == 7 && c.archDead == 5 })
+		if cur.hotIns != 30 || cur.hotDel != 7 || cur.archDead != 5 {
+			t.Errorf("%d inserts in the hot table, %d deletes, %d dead tuples in the archive; want 30, 7, 5", cur.hotIns, cur.hotDel, cur.archDead)
+		}
+		var disk int64
+		if err := conn.QueryRow(ctx, "SELECT (pg_catalog.pg_total_relation_size($1::regclass) + pg_catalog.pg_total_relation_size($2::regclass))::bigint",
+			s.Name+".outbox", s.Name+".outbox_archive").Scan(&disk); err != nil {
+			t.Fatal(err)
+		}
+		if cur.diskBytes != disk || disk == 0 {
+			t.Errorf("disk %d bytes, want %d: the two tables", cur.diskBytes, disk)
+		}
+	})
+}
+
 // buildPinBinaries builds the relay and the in-repository reference loop
 // (internal/benchkit/yardstick) as refloop, for the pinned-horizon runs.
 func buildPinBinaries(t *testing.T) (bin, refloop string) {
@@ -140,7 +336,7 @@ func TestPinHorizon(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"| after | unpinned: dead tuples / claim mean |", "summary after 6s, pinned (held snapshot) / unpinned",
-		"refloop pinned: its own result", "relay pinned / refloop pinned claim mean"} {
+		"refloop pinned: its own result", "relay pinned / refloop pinned claim mean", "tables' disk at the end"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -171,6 +367,8 @@ func TestPinHorizon(t *testing.T) {
 			t.Errorf("%s: the last sample does not know the pin was held", c.Name)
 		case c.Pinned && (last.XminAge == 0 || last.DeadTuples == 0):
 			t.Errorf("%s: pinned, but oldest xmin age %d, %d dead tuples", c.Name, last.XminAge, last.DeadTuples)
+		case last.TablesDiskBytes == 0:
+			t.Errorf("%s: no disk for its tables", c.Name)
 		}
 	}
 	data, err := os.ReadFile(report)

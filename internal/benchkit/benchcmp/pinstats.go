@@ -323,14 +323,10 @@ func sampleAll(ctx context.Context, admin *pgxpool.Pool, cs []*contender, after 
 	}
 	for _, c := range cs {
 		cur := stmts[c.DB]
-		err := c.stats.QueryRow(ctx, `
-SELECT h.n_dead_tup, h.n_live_tup, h.n_tup_ins, a.n_tup_ins,
-       (SELECT coalesce(max(greatest(age(backend_xmin), age(backend_xid))), 0)
-          FROM pg_catalog.pg_stat_activity WHERE datname = current_database())
-  FROM pg_catalog.pg_stat_user_tables AS h, pg_catalog.pg_stat_user_tables AS a
- WHERE h.schemaname = $1 AND h.relname = $2 AND a.schemaname = $1 AND a.relname = $3`,
-			c.hotSchema, c.hot, c.archived).Scan(&cur.dead, &cur.live, &cur.hotIns, &cur.archIns, &cur.xminAge)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) { // refloop makes its tables once started
+		err := tableStats(ctx, c, &cur)
+		// Refloop makes its tables once started: until then its figures
+		// stay zero. The relay's exist from its migration on.
+		if err != nil && !(c.Kind == "refloop" && errors.Is(err, pgx.ErrNoRows)) {
 			return fmt.Errorf("%s: table statistics: %w", c.Name, err)
 		}
 		var claimP99, receiptP99 *float64
@@ -359,7 +355,8 @@ SELECT h.n_dead_tup, h.n_live_tup, h.n_tup_ins, a.n_tup_ins,
 		s := pinSample{
 			AfterS: after.Round(time.Second).Seconds(), PinHeld: pinHeld,
 			DeadTuples: cur.dead, RowsInTable: cur.live, XminAge: cur.xminAge,
-			Produced: max(cur.hotIns-prev.hotIns, 0), Delivered: max(cur.archIns-prev.archIns, 0),
+			ArchiveDeadTuples: cur.archDead, TablesDiskBytes: cur.diskBytes,
+			Produced: max(cur.hotIns-prev.hotIns, 0), Delivered: max(cur.hotDel-prev.hotDel, 0),
 			Claims:     max(cur.calls-prev.calls, 0),
 			ClaimP99Ms: claimP99, ClaimP99AboveBuckets: above, CommitReceiptP99Ms: receiptP99,
 		}
@@ -371,6 +368,77 @@ SELECT h.n_dead_tup, h.n_live_tup, h.n_tup_ins, a.n_tup_ins,
 		if w != nil {
 			fmt.Fprintf(w, "  %-16s %s\n", c.Name, s.line())
 		}
+	}
+	return nil
+}
+
+// relayTables are the relay's tables, whose disk a sample sums: the
+// archive and the delivered keys partitioned (relay/internal/history),
+// the others plain.
+var relayTables = []string{"messages", "archive", "delivered_keys", "dead_letters"}
+
+// queryTableStats reads a contender's table figures in one statement:
+// the hot table's ($2) dead and live tuples and inserts; the archive's
+// ($3) inserts and dead tuples, summed over its leaf partitions; the disk
+// of the tables $4 (pg_total_relation_size: heap, indexes and TOAST),
+// each summed over its leaf partitions; the tables of $3 and $4 missing
+// from schema $1; and the oldest xmin age of the database's sessions (see
+// sampleAll). No row when the hot table does not exist.
+//
+// The relay's archive and delivered keys are partitioned by time: the
+// statistics count a partitioned table's rows in its partitions alone
+// (pg_stat_user_tables lists the partitioned table with zeros, or not at
+// all, by version), and pg_total_relation_size of a partitioned table is
+// zero. Each table therefore stands for its leaf partitions
+// (pg_partition_tree), or for itself when plain (pg_partition_tree lists
+// nothing for a plain table), which keeps refloop's plain tables counted;
+// the hot tables are plain. to_regclass, unlike a cast, makes a missing
+// table NULL rather than an error, so that the statement can name it.
+// pg_total_relation_size is NULL for a partition dropped meanwhile, which
+// the sum skips.
+//
+// The rows delivered are the hot table's deletes (a row leaves it when it
+// is archived, or dead-lettered), not the archive's inserts: those are a
+// sum over partitions that come and go, and a partition dropped by
+// retention (-relay-env RELAY_ARCHIVE_RETENTION=…) would take its inserts
+// out of the sum.
+const queryTableStats = `
+WITH t AS (
+    SELECT DISTINCT n.name, to_regclass(format('%I.%I', $1::text, n.name)) AS oid
+      FROM unnest(array_append($4::text[], $3::text)) AS n (name)
+), leaves AS (
+    SELECT t.name, p.relid
+      FROM t
+     CROSS JOIN LATERAL (SELECT tree.relid FROM pg_catalog.pg_partition_tree(t.oid) AS tree WHERE tree.isleaf
+                         UNION ALL
+                         SELECT k.oid FROM pg_catalog.pg_class AS k WHERE k.oid = t.oid AND k.relkind = 'r') AS p
+)
+SELECT h.n_dead_tup, h.n_live_tup, h.n_tup_ins, h.n_tup_del,
+       (SELECT coalesce(sum(s.n_dead_tup), 0)::bigint
+          FROM leaves AS l JOIN pg_catalog.pg_stat_user_tables AS s ON s.relid = l.relid WHERE l.name = $3),
+       (SELECT coalesce(sum(pg_catalog.pg_total_relation_size(l.relid)), 0)::bigint
+          FROM leaves AS l WHERE l.name = ANY ($4)),
+       (SELECT coalesce(array_agg(t.name ORDER BY t.name), '{}') FROM t WHERE t.oid IS NULL),
+       (SELECT coalesce(max(greatest(age(backend_xmin), age(backend_xid))), 0)
+          FROM pg_catalog.pg_stat_activity WHERE datname = current_database())
+  FROM pg_catalog.pg_stat_user_tables AS h
+ WHERE h.schemaname = $1 AND h.relname = $2`
+
+// tableStats reads c's table figures (queryTableStats) into cur: an
+// error wrapping pgx.ErrNoRows when its hot table does not exist yet,
+// and one naming them when its other tables do not all exist beside it,
+// rather than figures silently short of them.
+func tableStats(ctx context.Context, c *contender, cur *counters) error {
+	var missing []string
+	err := c.stats.QueryRow(ctx, queryTableStats, c.hotSchema, c.hot, c.archived, c.tables).
+		Scan(&cur.dead, &cur.live, &cur.hotIns, &cur.hotDel, &cur.archDead, &cur.diskBytes, &missing, &cur.xminAge)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("no table %s.%s: %w", c.hotSchema, c.hot, err)
+	case err != nil:
+		return err
+	case len(missing) > 0:
+		return fmt.Errorf("no table %s in schema %s", strings.Join(missing, ", "), c.hotSchema)
 	}
 	return nil
 }
@@ -418,8 +486,9 @@ func (s pinSample) mean() string {
 }
 
 func (s pinSample) line() string {
-	l := fmt.Sprintf("dead %7s  rows %7s  produced %6s  delivered %6s  claims %6d  mean %9s  buffers/claim %7s",
-		count(s.DeadTuples), count(s.RowsInTable), count(s.Produced), count(s.Delivered), s.Claims, s.mean(), count(int64(math.Round(s.BuffersPerClaim))))
+	l := fmt.Sprintf("dead %7s  rows %7s  produced %6s  delivered %6s  claims %6d  mean %9s  buffers/claim %7s  disk %9s  archive dead %7s",
+		count(s.DeadTuples), count(s.RowsInTable), count(s.Produced), count(s.Delivered), s.Claims, s.mean(), count(int64(math.Round(s.BuffersPerClaim))),
+		size(s.TablesDiskBytes), count(s.ArchiveDeadTuples))
 	if s.ClaimP99Ms != nil {
 		l += "  claim p99 " + s.claimP99()
 	}
@@ -441,6 +510,21 @@ func count(n int64) string {
 		return fmt.Sprintf("%.0fk", float64(n)/1000)
 	}
 	return fmt.Sprintf("%.2fM", float64(n)/1e6)
+}
+
+// size writes n bytes in binary units, one decimal, as the relay's
+// status does (internal/cli's formatBytes): 812 bytes, 8.0 kB, 123.4 MB.
+func size(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTP"[exp])
 }
 
 func ms(v float64) string {
@@ -547,10 +631,16 @@ func summaryLine(un, pn, ref *contender, label string) string {
 		}
 		return ratio(*a, *b)
 	}
-	s := fmt.Sprintf("summary after %s, pinned (%s) / unpinned: claim mean %s, claim p99 %s, commit→receipt p99 %s, dead tuples %s, buffers per claim %s",
+	// The disk moves by tens of percent where the claims move by
+	// multiples: two decimals.
+	disk := "—"
+	if u.TablesDiskBytes > 0 {
+		disk = fmt.Sprintf("%.2f×", float64(p.TablesDiskBytes)/float64(u.TablesDiskBytes))
+	}
+	s := fmt.Sprintf("summary after %s, pinned (%s) / unpinned: claim mean %s, claim p99 %s, commit→receipt p99 %s, dead tuples %s, buffers per claim %s, tables' disk at the end %s",
 		time.Duration(u.AfterS*float64(time.Second)), label, ratio(p.ClaimMeanMs, u.ClaimMeanMs), opt(p.ClaimP99Ms, u.ClaimP99Ms),
 		opt(p.CommitReceiptP99Ms, u.CommitReceiptP99Ms), ratio(float64(p.DeadTuples), float64(u.DeadTuples)),
-		ratio(p.BuffersPerClaim, u.BuffersPerClaim))
+		ratio(p.BuffersPerClaim, u.BuffersPerClaim), disk)
 	if i := slices.IndexFunc(pn.Samples, func(s pinSample) bool { return s.PinHeld }); i >= 0 && i < last {
 		s += fmt.Sprintf("; pinned claim mean, last interval / first with the pin: %s", ratio(p.ClaimMeanMs, pn.Samples[i].ClaimMeanMs))
 	}
