@@ -73,7 +73,9 @@ type Config struct {
 	// Chunk is how many of the first partition's expired rows one
 	// statement deletes (DefaultChunk when zero).
 	Chunk int
-	// Now is the clock (time.Now when nil).
+	// Now is the clock of the rounds; nil: the database's (now()), which
+	// also stamps delivered_at, so that a relay whose clock runs ahead
+	// never drops a partition early.
 	Now func() time.Time
 	// Logger receives what rounds drop and their failures. Default: none.
 	Logger *slog.Logger
@@ -136,9 +138,6 @@ func New(cfg Config) *Keeper {
 	if cfg.Chunk <= 0 {
 		cfg.Chunk = DefaultChunk
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -184,20 +183,25 @@ func (k *Keeper) Maintain(ctx context.Context) {
 
 // maintain runs a round for table t.
 func (k *Keeper) maintain(ctx context.Context, t Table) error {
-	now := k.cfg.Now()
+	var at *time.Time
+	if k.cfg.Now != nil {
+		now := k.cfg.Now()
+		at = &now
+	}
 	var keep *float64
 	if t.Keep > 0 {
 		s := t.Keep.Seconds()
 		keep = &s
 	}
 	rows, err := k.cfg.DB.Query(ctx, k.cfg.Statements.Maintain, pgx.StrictNamedArgs{
-		"table": t.Name, "at": now, "width_s": t.Width.Seconds(), "keep_s": keep,
+		"table": t.Name, "at": at, "width_s": t.Width.Seconds(), "keep_s": keep,
 		"lock_wait_ms": float64(k.cfg.LockWait) / float64(time.Millisecond),
 	})
 	if err != nil {
 		return fmt.Errorf("add and drop partitions: %w", err)
 	}
 	type round struct {
+		At               time.Time
 		Created, Dropped int
 		DroppedRows      int64 `db:"dropped_rows"`
 		Busy             bool
@@ -226,7 +230,7 @@ func (k *Keeper) maintain(ctx context.Context, t Table) error {
 	if t.Keep <= 0 || len(parts) == 0 || parts[0].Lower.InfinityModifier != pgtype.NegativeInfinity {
 		return nil
 	}
-	before := now.Add(-t.Keep)
+	before := r.At.Add(-t.Keep)
 	if parts[0].Upper.Time.Before(before) {
 		before = parts[0].Upper.Time
 	}

@@ -13,17 +13,19 @@ import "strings"
 // (TestGoldenSQL).
 
 // queryMaintain runs one round of the schema's history_maintain (migration
-// 23) for @table: partitions added up to a width past @at, those at least
-// @keep_s seconds old dropped (@keep_s null: none), each lock waited for
-// at most @lock_wait_ms. It returns the partitions added and dropped, the
-// rows the dropped ones held, and whether a lock or another relay's round
-// was in the way (busy).
+// 23) for @table at @at (null: the database's now(), which stamps
+// delivered_at too): partitions added up to a width past it, those at
+// least @keep_s seconds old dropped (@keep_s null: none), each lock waited
+// for at most @lock_wait_ms. It returns the time of the round, the
+// partitions added and dropped, the rows the dropped ones held, and
+// whether a lock or another relay's round was in the way (busy).
 const queryMaintain = `
-SELECT created, dropped, dropped_rows, busy
-  FROM {schema}.history_maintain(@table::text, @at::timestamptz,
+SELECT r.at, m.created, m.dropped, m.dropped_rows, m.busy
+  FROM (SELECT coalesce(@at::timestamptz, now()) AS at) AS r,
+       {schema}.history_maintain(@table::text, r.at,
                                  @width_s::float8 * interval '1 second',
                                  @keep_s::float8 * interval '1 second',
-                                 @lock_wait_ms::float8 * interval '1 millisecond')`
+                                 @lock_wait_ms::float8 * interval '1 millisecond') AS m`
 
 // queryPartitions lists @table's partitions and their bounds, oldest
 // first: -infinity as the lower bound of the first partition, which holds
