@@ -88,7 +88,8 @@ $$;
 -- scanned under it): the call waits at most lock_wait for it and, when it
 -- cannot have it, gives up until the next call (busy), so that the relay's
 -- claims and settles never wait behind it longer. One call at a time per
--- table (an advisory lock; a second call returns busy). It runs as the
+-- table (an advisory lock; a second call meanwhile does nothing and is not
+-- busy: the first keeps the partitions). It runs as the
 -- schema's owner (SECURITY DEFINER): only the owner of a table may add or
 -- drop its partitions.
 CREATE FUNCTION {{.schema}}.history_maintain(tbl text, at timestamptz, width interval, keep interval, lock_wait interval)
@@ -117,8 +118,7 @@ BEGIN
     dropped_rows := 0;
     busy := false;
     IF NOT pg_try_advisory_xact_lock(hashtext('outbox-relay history {{.schema}}.' || tbl)) THEN
-        busy := true;
-        RETURN NEXT;
+        RETURN NEXT; -- another relay's call keeps them now
         RETURN;
     END IF;
     -- 1.

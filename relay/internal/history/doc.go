@@ -36,8 +36,11 @@
 //     each take an ACCESS EXCLUSIVE lock on the partitioned table for a
 //     moment: each waits at most LockWait for it (the relay's claims and
 //     settles wait behind it no longer) and, when it cannot have it, the
-//     round gives up on that table until the next (busy). One relay at a
-//     time per table maintains it (an advisory lock; the others are busy).
+//     round gives up on that table until the next (busy; after three busy
+//     rounds in a row the keeper warns, while the partitions added ahead
+//     still cover a quarter of a width). One relay at a time per table
+//     maintains it (an advisory lock; a round of another relay meanwhile
+//     leaves the table to it).
 //  2. The first partition's expired rows are deleted in chunks, as the
 //     whole table's were before, until it is past retention as a whole
 //     and dropped by step 1: retention keeps its promise for the rows

@@ -91,7 +91,15 @@ type Keeper struct {
 	// failing records, per table, that the last round failed, so that a
 	// recovery is logged once.
 	failing map[string]bool
+	// busy counts, per table, the rounds in a row that could not have
+	// their lock.
+	busy map[string]int
 }
+
+// busyWarning is how many rounds in a row may find a table busy before
+// the keeper warns: three quarters of a width at most, while the
+// partitions added ahead still cover a quarter.
+const busyWarning = 3
 
 // Width returns the width of the partitions of a table whose rows are
 // kept for keep: a quarter of it, so that a row is dropped at most a
@@ -144,7 +152,7 @@ func New(cfg Config) *Keeper {
 	if cfg.Redact == nil {
 		cfg.Redact = func(err error) string { return err.Error() }
 	}
-	return &Keeper{cfg: cfg, failing: map[string]bool{}}
+	return &Keeper{cfg: cfg, failing: map[string]bool{}, busy: map[string]int{}}
 }
 
 // Run runs a round every Interval until ctx ends. A relay runs one with
@@ -217,8 +225,18 @@ func (k *Keeper) maintain(ctx context.Context, t Table) error {
 			k.cfg.Hooks.Dropped(t.Name, r.Dropped, r.DroppedRows)
 		}
 	}
-	if r.Busy {
-		k.cfg.Logger.Debug("history partitions busy; trying again next round", "table", t.Name)
+	switch {
+	case r.Busy:
+		k.busy[t.Name]++
+		if k.busy[t.Name] == busyWarning {
+			k.cfg.Logger.Warn("cannot add or drop the history's partitions: another session holds a lock on the table (pg_locks names it) or another relay keeps them; trying every round, and settles fail once the partitions added ahead run out",
+				"table", t.Name, "rounds", k.busy[t.Name])
+		}
+	case k.busy[t.Name] >= busyWarning:
+		k.cfg.Logger.Info("the history's partitions are kept again", "table", t.Name, "busy_rounds", k.busy[t.Name])
+		fallthrough
+	default:
+		delete(k.busy, t.Name)
 	}
 	parts, err := k.partitions(ctx, t.Name)
 	if err != nil {

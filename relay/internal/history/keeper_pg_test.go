@@ -1,8 +1,11 @@
 package history
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -142,9 +145,10 @@ func TestMaintain_DeletesTheFirstPartitionsExpiredRowsInChunks(t *testing.T) {
 // TestMaintain_GivesUpWhileTheTableIsInUseAndTriesAgain: while a session
 // reads the archive, adding its partitions would wait behind it; the round
 // gives up on the table after LockWait, keeps the delivered keys, and the
-// next round, once the reader is gone, adds the archive's. Two relays'
-// rounds at once never fail: one keeps the tables, the other finds them
-// busy.
+// next round, once the reader is gone, adds the archive's. Three busy
+// rounds in a row are warned about, and the recovery logged. Two relays'
+// rounds at once never fail: one keeps the tables, the other leaves them
+// to it.
 func TestMaintain_GivesUpWhileTheTableIsInUseAndTriesAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -161,10 +165,20 @@ func TestMaintain_GivesUpWhileTheTableIsInUseAndTriesAgain(t *testing.T) {
 	if _, err := reader.Exec(ctx, "SELECT count(*) FROM "+db.Table("archive")); err != nil {
 		t.Fatal(err)
 	}
+	var log bytes.Buffer
+	k.cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
 	began := time.Now()
 	k.Maintain(ctx)
 	if waited := time.Since(began); waited > 5*time.Second {
 		t.Errorf("a round waited %s behind a reader", waited)
+	}
+	if strings.Contains(log.String(), "level=WARN") {
+		t.Errorf("one busy round warned:\n%s", log.String())
+	}
+	k.Maintain(ctx)
+	k.Maintain(ctx)
+	if !strings.Contains(log.String(), `level=WARN msg="cannot add or drop the history's partitions`) || !strings.Contains(log.String(), "table=archive") {
+		t.Errorf("three busy rounds in a row did not warn about the archive:\n%s", log.String())
 	}
 	if after := partitionsOf(t, k, "archive"); !slices.Equal(after, before) {
 		t.Errorf("the archive's partitions changed in a round while a session read it:\n%v\nwant\n%v", after, before)
@@ -185,6 +199,9 @@ func TestMaintain_GivesUpWhileTheTableIsInUseAndTriesAgain(t *testing.T) {
 	}
 	wg.Wait()
 	k.Maintain(ctx)
+	if !strings.Contains(log.String(), "the history's partitions are kept again") {
+		t.Errorf("the recovery was not logged:\n%s", log.String())
+	}
 	if !covered("archive") {
 		t.Errorf("the archive's partitions do not cover the next width after the reader left")
 	}
