@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -129,6 +130,7 @@ func LookupWidth(keep time.Duration) time.Duration {
 
 // New returns a keeper of cfg.Tables.
 func New(cfg Config) *Keeper {
+	cfg.Tables = slices.Clone(cfg.Tables)
 	for i, t := range cfg.Tables {
 		if t.Width <= 0 {
 			cfg.Tables[i].Width = Width(t.Keep)
