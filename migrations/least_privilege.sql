@@ -45,6 +45,8 @@ REVOKE INSERT ON :"schema".messages FROM :"producer";
 GRANT INSERT (topic, payload, key, headers, idempotency_key, destination, available_at)
     ON :"schema".messages TO :"producer";
 GRANT SELECT (idempotency_key) ON :"schema".messages TO :"producer";
+-- (messages is the hot table's current generation: when the relay rotates
+-- it, these grants move to the next one, relay/internal/rotation.)
 
 -- The relay, run with RELAY_MIGRATE=false: what its statements (relay/sql.go)
 -- read and write, and no DDL. It claims and settles rows (FOR UPDATE and the
@@ -55,7 +57,8 @@ GRANT SELECT (idempotency_key) ON :"schema".messages TO :"producer";
 -- checks the schema's version.
 GRANT USAGE ON SCHEMA :"schema" TO :"relay";
 GRANT SELECT ON :"schema".schema_version TO :"relay";
-GRANT SELECT, UPDATE, DELETE ON :"schema".messages TO :"relay";
+GRANT SELECT, UPDATE, DELETE ON :"schema".messages_all TO :"relay";
+GRANT SELECT ON :"schema".message_generations TO :"relay";
 GRANT SELECT, INSERT, DELETE ON :"schema".archive TO :"relay";
 GRANT SELECT, INSERT, DELETE ON :"schema".delivered_keys TO :"relay";
 GRANT SELECT, INSERT ON :"schema".dead_letters TO :"relay";
@@ -66,6 +69,13 @@ GRANT EXECUTE ON FUNCTION :"schema".messages_apply_mode() TO :"relay";
 -- Adds and drops the partitions of the archive and the delivered keys
 -- (relay/internal/history), as the schema's owner.
 GRANT EXECUTE ON FUNCTION :"schema".history_maintain(text, timestamptz, interval, interval, interval) TO :"relay";
+-- Rotates the hot table's generations (relay/internal/rotation), as the
+-- schema's owner: carries waiting rows forward, truncates a drained
+-- generation, renames the spare to messages, analyzes the new one.
+GRANT EXECUTE ON FUNCTION :"schema".messages_carry(integer, interval, interval) TO :"relay";
+GRANT EXECUTE ON FUNCTION :"schema".messages_empty(interval) TO :"relay";
+GRANT EXECUTE ON FUNCTION :"schema".messages_rotate(interval, interval) TO :"relay";
+GRANT EXECUTE ON FUNCTION :"schema".messages_analyze(bigint) TO :"relay";
 -- A failed row whose id was a dead letter's already is dead-lettered under
 -- the sequence's next id (relay/sql.go, queryMessagesSettle).
 GRANT USAGE ON SEQUENCE :"schema".messages_id_seq TO :"relay";
@@ -79,6 +89,8 @@ GRANT USAGE ON SEQUENCE :"schema".messages_id_seq TO :"relay";
 GRANT USAGE ON SCHEMA :"schema" TO :"operator";
 GRANT SELECT ON :"schema".schema_version TO :"operator";
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".messages TO :"operator";
+GRANT SELECT, UPDATE, DELETE ON :"schema".messages_all TO :"operator";
+GRANT SELECT ON :"schema".message_generations TO :"operator";
 GRANT SELECT ON :"schema".archive TO :"operator";
 GRANT SELECT, DELETE ON :"schema".delivered_keys TO :"operator";
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".dead_letters TO :"operator";

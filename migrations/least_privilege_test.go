@@ -84,7 +84,7 @@ func TestLeastPrivilege_ProducerInsertsAndNothingElse(t *testing.T) {
 	if err := s.Pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", s.Name+".messages_heads_due_idx").Scan(&indexed); err != nil || !indexed {
 		t.Errorf("ordered mode's due index of candidates exists: %v, %v; want true", indexed, err)
 	}
-	if n := s.Count(t, "messages"); n != 3 {
+	if n := s.Count(t, "messages_all"); n != 3 {
 		t.Errorf("messages holds %d rows, want 3", n)
 	}
 
@@ -163,6 +163,11 @@ SELECT c.relname, has_table_privilege($2, c.oid, 'SELECT'), has_table_privilege(
        has_table_privilege($2, c.oid, 'TRUNCATE') OR has_table_privilege($3, c.oid, 'TRUNCATE')
   FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
  WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+   -- The hot table's generations (messages among them) are read through
+   -- messages_all, checked here, whose privileges alone a statement
+   -- through it checks; messages' own grants (producers', the operator's
+   -- inserts) move with the name when the relay rotates it.
+   AND c.oid NOT IN (SELECT g.relid FROM `+migrations.Quote(s.Name)+`.message_generations AS g)
  ORDER BY 1`, s.Name, s.Relay.Name, s.Operator.Name)
 	if err != nil {
 		t.Fatal(err)

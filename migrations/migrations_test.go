@@ -52,7 +52,7 @@ func TestApply_ConcurrentReplicasApplyOnce(t *testing.T) {
 	if err != nil || v != migrations.Latest() {
 		t.Errorf("CurrentVersion = %d, %v; want %d", v, err, migrations.Latest())
 	}
-	if n := db.Count(t, "messages"); n != 0 {
+	if n := db.Count(t, "messages_all"); n != 0 {
 		t.Errorf("messages holds %d rows", n)
 	}
 }
@@ -110,7 +110,7 @@ func TestApply_IDsBecomeTheDatabasesInPlace(t *testing.T) {
 	if id != 5001 {
 		t.Errorf("the first row after the upgrade got id %d, want 5001 (past the dead letter's)", id)
 	}
-	if n := db.Count(t, "messages"); n != 5 {
+	if n := db.Count(t, "messages_all"); n != 5 {
 		t.Errorf("%d rows in messages after the upgrade, want the 4 pending and the new one", n)
 	}
 }
@@ -150,7 +150,7 @@ func TestApply_DueIndexesBecomePartialInPlace(t *testing.T) {
 			t.Errorf("%s: predicate %q after the upgrade; want %s", index, p, w)
 		}
 	}
-	if n := db.Count(t, "messages"); n != 50 {
+	if n := db.Count(t, "messages_all"); n != 50 {
 		t.Errorf("%d rows in messages after the upgrade, want the 50 pending", n)
 	}
 	// Out of partitioned mode and back: the bucket index is built again, partial.
@@ -222,7 +222,7 @@ SELECT (SELECT count(*) FROM pg_class WHERE oid = to_regclass($1)),
 	if _, err := conn.Exec(ctx, "INSERT INTO "+q+".messages (topic, payload, key, waiting) VALUES ('t', 'x', 'k0', true)"); err != nil {
 		t.Fatal(err)
 	}
-	if n := db.CountWhere(t, "messages", "NOT waiting"); n != 51 {
+	if n := db.CountWhere(t, "messages_all", "NOT waiting"); n != 51 {
 		t.Errorf("%d candidates after the upgrade and an insert that sets waiting, want the 50 pending and the new one", n)
 	}
 }
@@ -259,7 +259,7 @@ func TestApply_UnkeyedIndexOnlyInOrderedMode(t *testing.T) {
 			if got, want := indexed(), mode == "ordered"; got != want {
 				t.Errorf("after the upgrade in %s mode: messages_unkeyed_due_idx exists = %v, want %v", mode, got, want)
 			}
-			if n := db.Count(t, "messages"); n != 40 {
+			if n := db.Count(t, "messages_all"); n != 40 {
 				t.Errorf("%d rows in messages after the upgrade, want the 40 pending", n)
 			}
 			if _, err := conn.Exec(ctx, "INSERT INTO "+q+".messages (topic, payload) VALUES ('t', 'x')"); err != nil {

@@ -120,7 +120,7 @@ func TestWriter_PendingDuplicateKeyFailsOrIsSkipped(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("SkipDuplicates insert = %d, %v; want 1 (the new message), nil", n, err)
 	}
-	if got := db.Count(t, "messages"); got != 2 {
+	if got := db.Count(t, "messages_all"); got != 2 {
 		t.Errorf("%d rows, want 2", got)
 	}
 }
@@ -158,7 +158,7 @@ func TestMessagesTable_PlainSQLContract(t *testing.T) {
 	if string(payload) != `{"id": 42}` {
 		t.Errorf("payload of a JSON literal = %q", payload)
 	}
-	if got := db.Count(t, "messages"); got != 4 {
+	if got := db.Count(t, "messages_all"); got != 4 {
 		t.Errorf("%d rows, want 4 (the duplicate key skipped)", got)
 	}
 

@@ -259,6 +259,14 @@ func claimColumnsOf(fields []pgconn.FieldDescription) (claimColumns, error) {
 // (claimColumns): the rows it leased, and the keys it held back.
 func (cr *claimRunner) readClaimed(rows pgx.Rows, limit int) (batch []claimedRow, held []heldKey, err error) {
 	defer rows.Close()
+	if len(rows.FieldDescriptions()) == 0 {
+		// The statement failed before it described its rows: its error,
+		// not a missing column, is the news.
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, nil, err
+		}
+	}
 	cols, err := claimColumnsOf(rows.FieldDescriptions())
 	if err != nil {
 		return nil, nil, err

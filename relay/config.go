@@ -31,6 +31,7 @@ const (
 	StallAfterDefault       = 30 * time.Second
 	MaxInFlightBytesDefault = 64 << 20
 	DedupRetentionDefault   = 7 * 24 * time.Hour
+	HotRotationDefault      = time.Minute
 )
 
 // PoolSize is the number of connections a relay's pool should allow: its
@@ -116,6 +117,11 @@ type Config struct {
 	// delivered idempotency keys are kept (RELAY_ARCHIVE_RETENTION,
 	// RELAY_DEDUP_RETENTION); a negative value keeps them forever.
 	ArchiveRetention, DedupRetention time.Duration
+	// HotRotation is how long each generation of the hot table stays
+	// current before the relay rotates it (RELAY_HOT_ROTATION,
+	// relay/internal/rotation). Default HotRotationDefault; negative: the
+	// relay does not rotate.
+	HotRotation time.Duration
 	// StallAfter is how long a sink that is available may go without a
 	// delivery while every attempt fails before the relay reports itself
 	// not ready and logs it. Default StallAfterDefault.
@@ -166,6 +172,7 @@ func (c Config) withDefaults() Config {
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	c.ArchiveRetention = cmp.Or(c.ArchiveRetention, ArchiveRetentionDefault)
 	c.DedupRetention = cmp.Or(c.DedupRetention, DedupRetentionDefault)
+	c.HotRotation = cmp.Or(c.HotRotation, HotRotationDefault)
 	c.StallAfter = cmp.Or(c.StallAfter, StallAfterDefault)
 	c.StatsInterval = cmp.Or(c.StatsInterval, StatsIntervalDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())

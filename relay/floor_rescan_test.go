@@ -41,7 +41,7 @@ func TestFloorRescan_FindsARowWrittenBelowTheFloor(t *testing.T) {
 				<-done
 			}()
 			db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 3) FROM generate_series(1, 100) AS i`)
-			waitfor.Condition(t, 20*time.Second, "the first rows delivered", func() bool { return db.Count(t, "messages") == 0 })
+			waitfor.Condition(t, 20*time.Second, "the first rows delivered", func() bool { return db.Count(t, "messages_all") == 0 })
 			var first int64
 			if err := db.Pool.QueryRow(ctx, "SELECT min(id) FROM "+db.Table("archive")).Scan(&first); err != nil {
 				t.Fatal(err)
@@ -73,7 +73,7 @@ func TestFloorRescan_FindsARowWrittenBelowTheFloor(t *testing.T) {
 				db.ExecAsRelay(t, fmt.Sprintf(`INSERT INTO %%s.messages (id, topic, payload, key, available_at, created_at)
 				    VALUES (%d, 'events.a', '%s', 'k0', now() - interval '1 hour', now() - interval '1 hour')`, first-int64(attempt), payload))
 				time.Sleep(time.Second)
-				if db.Count(t, "messages") == 1 {
+				if db.Count(t, "messages_all") == 1 {
 					break
 				}
 				f := r.engine.floor.Status()
@@ -82,10 +82,10 @@ func TestFloorRescan_FindsARowWrittenBelowTheFloor(t *testing.T) {
 					t.Fatalf("the row written below the floor was claimed before a rescan, three times: the test proves nothing (%s)", state)
 				}
 				t.Logf("attempt %d: the row written below the floor was claimed before a rescan (%s); again", attempt, state)
-				waitfor.Condition(t, 20*time.Second, "the row delivered", func() bool { return db.Count(t, "messages") == 0 })
+				waitfor.Condition(t, 20*time.Second, "the row delivered", func() bool { return db.Count(t, "messages_all") == 0 })
 			}
 			r.engine.floor.RescanNow()
-			waitfor.Condition(t, 20*time.Second, "the restored row delivered", func() bool { return db.Count(t, "messages") == 0 })
+			waitfor.Condition(t, 20*time.Second, "the restored row delivered", func() bool { return db.Count(t, "messages_all") == 0 })
 			if n := db.CountWhere(t, "archive", "payload = '"+payload+"'"); n != 1 {
 				t.Errorf("the restored row is in the archive %d times, want once", n)
 			}

@@ -60,7 +60,7 @@ func TestFloor_RowsOfLateCommittersAreDelivered(t *testing.T) {
 				t.Fatalf("archive holds %d rows, want %d; floor lag %.3fs", n, want, testutil.ToFloat64(cfg.Metrics.ClaimFloorLag))
 			}
 			relaytest.AssertStreamMatchesArchive(t, b.db, b.nats, stream, want)
-			if n := b.db.Count(t, "messages"); n != 0 {
+			if n := b.db.Count(t, "messages_all"); n != 0 {
 				t.Errorf("%d rows left in the hot table", n)
 			}
 		})

@@ -57,9 +57,9 @@ func TestHeadsClaim_DoesNotWalkTheRowsBehindHeadsInFlight(t *testing.T) {
 	}
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 100) FROM generate_series(1, 4000) AS i`)
 	claims := 1
-	for ; db.CountWhere(t, "messages", "NOT waiting AND leased_by IS NULL") > 0; claims++ {
+	for ; db.CountWhere(t, "messages_all", "NOT waiting AND leased_by IS NULL") > 0; claims++ {
 		if claims == 50 {
-			t.Fatalf("after %d claims, %d rows are neither leased nor waiting", claims, db.CountWhere(t, "messages", "NOT waiting AND leased_by IS NULL"))
+			t.Fatalf("after %d claims, %d rows are neither leased nor waiting", claims, db.CountWhere(t, "messages_all", "NOT waiting AND leased_by IS NULL"))
 		}
 		if batch, err := m.claimHeadsOfKeys(ctx, anyRows(1000)); err != nil || len(batch) != 0 {
 			t.Fatalf("a claim with every key in flight leased %d rows, %v", len(batch), err)
@@ -153,7 +153,7 @@ func TestHeadsSettle_SeesTheMarksOfAClaimItWaitedFor(t *testing.T) {
 	if err := <-settled; err != nil {
 		t.Fatal(err)
 	}
-	if n := db.CountWhere(t, "messages", "waiting"); n != 0 {
+	if n := db.CountWhere(t, "messages_all", "waiting"); n != 0 {
 		t.Fatalf("%d rows wait after their key's head was settled", n)
 	}
 	batch, err = m.claimHeadsOfKeys(ctx, anyRows(10))
@@ -193,7 +193,7 @@ func TestHeadsClaim_MarksOnlyBehindHeadsInFlightForLong(t *testing.T) {
 		t.Fatalf("the claim leased %d rows, %v, with every key's head in flight or backing off", len(batch), err)
 	}
 	for key, want := range map[string]int{"fresh": 0, "slow": 2, "failing": 2} {
-		if n := db.CountWhere(t, "messages", "waiting AND key = '"+key+"'"); n != want {
+		if n := db.CountWhere(t, "messages_all", "waiting AND key = '"+key+"'"); n != want {
 			t.Errorf("%d rows of %s marked waiting, want %d", n, key, want)
 		}
 	}
@@ -204,7 +204,7 @@ func TestHeadsClaim_MarksOnlyBehindHeadsInFlightForLong(t *testing.T) {
 	if _, err := m.claimHeadsOfKeys(ctx, anyRows(100)); err != nil {
 		t.Fatal(err)
 	}
-	if n := db.CountWhere(t, "messages", "waiting AND key = 'fresh'"); n != 2 {
+	if n := db.CountWhere(t, "messages_all", "waiting AND key = 'fresh'"); n != 2 {
 		t.Errorf("%d rows of fresh marked waiting after its head was in flight for %s, want 2", n, markWaitingAfter)
 	}
 }
@@ -238,7 +238,7 @@ func TestHeadsSettle_TheEmptyKeyIsAKey(t *testing.T) {
 			if _, err := m.claimHeadsOfKeys(ctx, anyRows(10)); err != nil {
 				t.Fatal(err)
 			}
-			if n := db.CountWhere(t, "messages", "waiting"); n != 2 {
+			if n := db.CountWhere(t, "messages_all", "waiting"); n != 2 {
 				t.Fatalf("%d rows of key '' wait behind its head in flight, want 2", n)
 			}
 		}
@@ -250,7 +250,7 @@ func TestHeadsSettle_TheEmptyKeyIsAKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := db.Count(t, "messages"); n != 0 {
+	if n := db.Count(t, "messages_all"); n != 0 {
 		t.Errorf("%d rows left", n)
 	}
 }
@@ -295,10 +295,10 @@ func TestHeadsClaim_TakesAKeysRunUpToTheFirstRowItMayNotTake(t *testing.T) {
 	if fmt.Sprint(got) != want {
 		t.Errorf("the claim leased %v, want %s (in id order)", got, want)
 	}
-	if n := db.CountWhere(t, "messages", "waiting"); n != 0 {
+	if n := db.CountWhere(t, "messages_all", "waiting"); n != 0 {
 		t.Errorf("%d rows are marked waiting, want none (waiting2 and waiting3 are leased)", n)
 	}
-	if n := db.CountWhere(t, "messages", "payload IN ('waiting2', 'waiting3') AND available_at > created_at"); n != 2 {
+	if n := db.CountWhere(t, "messages_all", "payload IN ('waiting2', 'waiting3') AND available_at > created_at"); n != 2 {
 		t.Errorf("%d of waiting2 and waiting3 have the available_at of their lease, want both", n)
 	}
 	if err := other.Rollback(ctx); err != nil {
@@ -366,7 +366,7 @@ func failureHoldsTheRestOfItsKey(t *testing.T, key string) {
 		stop()
 		<-done
 	}()
-	waitfor.Condition(t, 20*time.Second, "every row delivered", func() bool { return db.Count(t, "messages") == 0 })
+	waitfor.Condition(t, 20*time.Second, "every row delivered", func() bool { return db.Count(t, "messages_all") == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	if fmt.Sprint(sent) != "[x1 x2 x3 x4 x5 x6]" {
@@ -401,7 +401,7 @@ func TestHeadsClaim_LeasesTheHeadsItsWalkDoesNotReach(t *testing.T) {
 	if err != nil || fmt.Sprint(got) != "[k1 k2 k3 k4]" {
 		t.Errorf("the claim leased %v, %v; want k1 with its run, k2 to k4", got, err)
 	}
-	if n := db.CountWhere(t, "messages", "waiting"); n != 0 {
+	if n := db.CountWhere(t, "messages_all", "waiting"); n != 0 {
 		t.Errorf("%d rows marked waiting behind the head the claim leased, want none", n)
 	}
 }
@@ -461,7 +461,7 @@ func TestHeadsClaim_MarksInOnePassOverItsWalk(t *testing.T) {
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 100) FROM generate_series(1, 1000) AS i`)
 	tx := planTx(t, db)
 	plan := explain(t, tx, m.claimHeads, m.headsClaimArgs(anyRows(1000)))
-	if n := db.CountWhere(t, "messages", "waiting"); n != 0 {
+	if n := db.CountWhere(t, "messages_all", "waiting"); n != 0 {
 		t.Fatalf("%d rows waiting outside the explained claim's transaction", n)
 	}
 	var most float64

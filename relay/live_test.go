@@ -165,7 +165,7 @@ func TestRelay_LiveWhileTheDatabaseDoesNotAnswer(t *testing.T) {
 	}
 
 	proxy.Resume()
-	stayLive(t, r, 60*time.Second, "the relay catches up", func() bool { return b.db.Count(t, "messages") == 0 })
+	stayLive(t, r, 60*time.Second, "the relay catches up", func() bool { return b.db.Count(t, "messages_all") == 0 })
 }
 
 // Claims and settles waiting on a lock (an operator's LOCK TABLE) for
@@ -201,7 +201,7 @@ func TestRelay_LiveWhileClaimsAndSettlesWaitOnALock(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	stayLive(t, r, 60*time.Second, "the relay catches up", func() bool { return b.db.Count(t, "messages") == 0 })
+	stayLive(t, r, 60*time.Second, "the relay catches up", func() bool { return b.db.Count(t, "messages_all") == 0 })
 }
 
 // A drain at shutdown that lasts several thresholds (deliveries that
@@ -248,5 +248,5 @@ func TestRelay_LiveUnderLoad(t *testing.T) {
 	cfg.MaxInFlight = 4000
 	const threshold = 3 * time.Second
 	r, _ := runLive(t, b.db.Pool, cfg, threshold)
-	stayLive(t, r, relaytest.Budget(n), "the relay drains a backlog", func() bool { return b.db.Count(t, "messages") == 0 })
+	stayLive(t, r, relaytest.Budget(n), "the relay drains a backlog", func() bool { return b.db.Count(t, "messages_all") == 0 })
 }

@@ -81,7 +81,7 @@ func TestLookupsByID_CannotUseADueIndex(t *testing.T) {
 			if err := tx.Rollback(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if n := db.Count(t, "messages"); n != 300 {
+			if n := db.Count(t, "messages_all"); n != 300 {
 				t.Errorf("%d rows after the rollback; want 300", n)
 			}
 		})
@@ -215,11 +215,34 @@ func TestKeyLookups_UseTheirIndexWithFreshStatistics(t *testing.T) {
 	if uses := indexScans(plan, "CTE outside", indexNamed("messages_key_idx")); len(uses) == 0 {
 		t.Errorf("the older-row check does not use messages_key_idx")
 	}
-	for _, node := range indexScans(plan, "CTE outside", indexNamed("")) {
-		if strings.HasPrefix(node, "Seq Scan") {
-			t.Errorf("the older-row check reads the whole table: %s", node)
+	for _, node := range seqScans(plan, "CTE outside") {
+		t.Errorf("the older-row check reads the whole table: %s", node)
+	}
+}
+
+// seqScans returns the sequential scans in plan, with their relations,
+// within the subplan named under (the whole plan when empty), but those of
+// messages_all: the parent of the hot table's generations (migration 24)
+// holds no row (its CHECK (false)), and a statement that reads the rows
+// through it scans it, for nothing, beside each generation's table, whose
+// scans count.
+func seqScans(plan map[string]any, under string) []string {
+	var found []string
+	var walk func(n map[string]any, in bool)
+	walk = func(n map[string]any, in bool) {
+		if name, _ := n["Subplan Name"].(string); under != "" && name == under {
+			in = true
+		}
+		if rel, _ := n["Relation Name"].(string); in && n["Node Type"] == "Seq Scan" && rel != "messages_all" {
+			found = append(found, fmt.Sprintf("Seq Scan on %s (%v rows, %v loops)", rel, n["Actual Rows"], n["Actual Loops"]))
+		}
+		children, _ := n["Plans"].([]any)
+		for _, c := range children {
+			walk(c.(map[string]any), in)
 		}
 	}
+	walk(plan, under == "")
+	return found
 }
 
 // TestBucketWalk_CannotUseTheSharedDueIndex: a partitioned claim walks each
@@ -635,7 +658,7 @@ func TestHeadsRepair_LooksAtTheFirstWaitingRowOfEachKey(t *testing.T) {
 	if len(got) != 1 || got[0] != want {
 		t.Errorf("k3's candidates after the repair: %v, want its oldest row %d alone", got, want)
 	}
-	if n := db.CountWhere(t, "messages", "NOT waiting"); n != keys {
+	if n := db.CountWhere(t, "messages_all", "NOT waiting"); n != keys {
 		t.Errorf("%d candidates after the repair, want one per key (%d)", n, keys)
 	}
 }

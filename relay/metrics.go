@@ -44,6 +44,16 @@ type Metrics struct {
 	// delivered keys (relay/internal/history).
 	HistoryPartitions *prometheus.GaugeVec
 
+	// The hot table's generations (relay/internal/rotation).
+	HotGenerations        *prometheus.GaugeVec
+	HotGenerationAge      *prometheus.GaugeVec
+	HotGenerationRows     *prometheus.GaugeVec
+	HotGenerationBytes    *prometheus.GaugeVec
+	HotRotations          prometheus.Counter
+	HotGenerationsEmptied prometheus.Counter
+	HotRowsCarried        prometheus.Counter
+	HotRotationBusy       *prometheus.CounterVec
+
 	// The xmin horizon of the database (relay/internal/horizon), by holder.
 	OldestSnapshotAge *prometheus.GaugeVec
 	OldestXminAge     *prometheus.GaugeVec
@@ -212,6 +222,38 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "history_partitions",
 			Help: "Partitions of the archive and the delivered keys, by table: retention drops whole partitions, so a count that keeps growing means it cannot (see the log).",
 		}, []string{"table"}),
+		HotGenerations: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "hot_generations",
+			Help: "Tables of the hot table's generations by state (current, draining, spare): no spare for long means a draining generation cannot be emptied, and the current one keeps growing.",
+		}, []string{"state"}),
+		HotGenerationAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "hot_generation_age_seconds",
+			Help: "Time since the oldest generation in each state took it: a draining generation this old still holds rows (a row due but never claimed, or leased by a relay that is gone).",
+		}, []string{"state"}),
+		HotGenerationRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "hot_generation_rows",
+			Help: "Rows (live) and dead row versions (dead) of the hot table's generations by state, the statistics' estimates: dead versions go when their generation is emptied, pin or no pin.",
+		}, []string{"state", "kind"}),
+		HotGenerationBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "hot_generation_bytes",
+			Help: "Size of the hot table's generations by state, indexes and TOAST included.",
+		}, []string{"state"}),
+		HotRotations: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "hot_rotations_total",
+			Help: "Rotations of the hot table this relay made: a spare became messages.",
+		}),
+		HotGenerationsEmptied: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "hot_generations_emptied_total",
+			Help: "Drained generations of the hot table this relay truncated.",
+		}),
+		HotRowsCarried: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "hot_rows_carried_total",
+			Help: "Waiting rows (delayed, in backoff, waiting behind their key) this relay carried from a draining generation into a younger one.",
+		}),
+		HotRotationBusy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "hot_rotation_busy_total",
+			Help: "Rounds whose step (rotate, empty) gave up because another session held a lock on its table for longer than the rotation waits.",
+		}, []string{"step"}),
 	}
 }
 

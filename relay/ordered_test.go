@@ -150,7 +150,7 @@ func TestRelay_OrderedModeAFailingHeadHoldsUpOnlyItsKey(t *testing.T) {
 	// were put back without an attempt when it failed): the next claim
 	// marks them waiting on their key, out of the claims' way.
 	waitfor.Condition(t, 10*time.Second, "the 4 rows behind the head to wait on their key untried", func() bool {
-		return b.db.CountWhere(t, "messages", "key = 'k' AND attempts = 0 AND available_at < now() AND waiting") == 4
+		return b.db.CountWhere(t, "messages_all", "key = 'k' AND attempts = 0 AND available_at < now() AND waiting") == 4
 	})
 	waitfor.Condition(t, 10*time.Second, "the gauges to show one blocked key with 4 rows waiting on it", func() bool {
 		return testutil.ToFloat64(cfg.Metrics.BlockedKeys) == 1 && testutil.ToFloat64(cfg.Metrics.WaitingOnKey) == 4 &&

@@ -19,6 +19,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/relay/internal/keychain"
 	"github.com/outbox-relay/outbox-relay/relay/internal/listener"
 	"github.com/outbox-relay/outbox-relay/relay/internal/liveness"
+	"github.com/outbox-relay/outbox-relay/relay/internal/rotation"
 )
 
 // settleGrace is how long settling may go on after the drain timeout at
@@ -46,6 +47,7 @@ type Relay struct {
 	registry   *registry
 	gauges     *gaugeRefresher
 	retention  *retentionJanitor
+	rotation   *rotation.Rotator // nil: the hot table does not rotate
 	floor      *floor.Refresher
 	failures   *failureLogs
 	watches    *sinkWatches
@@ -132,6 +134,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 			XminAge:     func(h string, x float64) { metrics.OldestXminAge.WithLabelValues(h).Set(x) },
 		}})}
 	r.retention = newRetention(c, pool, log)
+	r.rotation = newRotation(c, pool, log)
 	r.autovacuum = render(queryAutovacuum, cfg.Schema, nil)
 	return r, nil
 }
@@ -182,6 +185,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	background.Go(func() { r.floor.Run(runCtx) })
 	background.Go(func() { r.retention.retentionLoop(runCtx) })
 	background.Go(func() { r.retention.history.Run(runCtx) })
+	if r.rotation != nil {
+		background.Go(func() { r.rotation.Run(runCtx) })
+	}
 	background.Go(func() { r.failures.logLoop(runCtx) })
 	background.Go(func() { r.live.Run(runCtx) })
 	if r.listener != nil {

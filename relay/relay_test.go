@@ -197,7 +197,7 @@ func testNATSOutageLosesNothing(t *testing.T, set func(*relay.Config)) {
 	waitfor.Condition(t, 10*time.Second, "the relay to see the sink as unavailable", func() bool {
 		return testutil.ToFloat64(cfg.Metrics.SinkAvailable.WithLabelValues("nats")) == 0
 	})
-	if left := b.db.Count(t, "messages"); left == 0 {
+	if left := b.db.Count(t, "messages_all"); left == 0 {
 		t.Fatal("every row was settled while NATS was down")
 	}
 	b.nats.Restart()
@@ -227,7 +227,7 @@ func testTerminatedBackendsReconnectAndLoseNothing(t *testing.T, set func(*relay
 
 	admin := b.db.Conn(t)
 	terminated := 0
-	for round := 0; round < 5 && b.db.Count(t, "messages") > 0; round++ {
+	for round := 0; round < 5 && b.db.Count(t, "messages_all") > 0; round++ {
 		var k int
 		err := admin.QueryRow(context.Background(),
 			`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`,
@@ -533,7 +533,7 @@ func TestRelay_ShutdownReleasesUnfinishedDeliveries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := b.db.Count(t, "messages"); got != 50 {
+	if got := b.db.Count(t, "messages_all"); got != 50 {
 		t.Fatalf("hot table holds %d rows, want all 50", got)
 	}
 	if leased != 0 || attempts != 0 {

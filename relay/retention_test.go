@@ -112,7 +112,7 @@ func TestRetention_RunsAsTheLeastPrivilegeRelayRole(t *testing.T) {
 	if got := lp.Count(t, "relays"); got != 0 {
 		t.Errorf("relays holds %d rows, want the one gone for days forgotten", got)
 	}
-	if got := lp.CountWhere(t, "messages", "waiting"); got != 0 {
+	if got := lp.CountWhere(t, "messages_all", "waiting"); got != 0 {
 		t.Errorf("%d rows still wait behind no row of their key after the repair, want 0", got)
 	}
 	if strings.Contains(failures.String(), "err=") {

@@ -99,7 +99,7 @@ func TestRouting_AWebhookOutageDoesNotHoldUpNATS(t *testing.T) {
 	insertMixed(t, b, n)
 
 	waitfor.Condition(t, 60*time.Second, "every NATS row to arrive and be archived while the webhook is down", func() bool {
-		return b.nats.Count(t, stream) == n/2 && b.db.Count(t, "messages") == n/2
+		return b.nats.Count(t, stream) == n/2 && b.db.Count(t, "messages_all") == n/2
 	})
 	if got := len(rcv.Accepted()); got != 0 {
 		t.Fatalf("the receiver accepted %d requests while down", got)
@@ -123,7 +123,7 @@ func TestRouting_ANATSOutageDoesNotHoldUpWebhooks(t *testing.T) {
 	insertMixed(t, b, n)
 
 	waitfor.Condition(t, 60*time.Second, "every webhook row to arrive and be archived while NATS is down", func() bool {
-		return len(rcv.Accepted()) == n/2 && b.db.Count(t, "messages") == n/2
+		return len(rcv.Accepted()) == n/2 && b.db.Count(t, "messages_all") == n/2
 	})
 	b.nats.Restart()
 	relaytest.WaitDrained(t, b.db, relaytest.Budget(n))

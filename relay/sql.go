@@ -26,6 +26,19 @@ import (
 // The final text of every statement of every mode is in
 // testdata/<mode>/<statement>.sql (TestGoldenSQL).
 //
+// The hot table rotates (migration 24, relay/internal/rotation): producers
+// insert into messages, the current generation, and the former ones,
+// renamed messages_g<slot>, keep their rows until they are delivered. So
+// every statement that reads, claims, settles or locks rows names
+// messages_all, the table every generation's table inherits from (it holds
+// no row of its own): through it a statement sees every generation, each
+// scanned through its own indexes (a plan appends them, with a trivial
+// scan of the empty parent). The indexes named below (messages_due_idx,
+// messages_key_idx, …) are slot 1's names; each generation's table has
+// its own copy (messages_g<slot>_due_idx, …). The statistics of the hot
+// table (its dead tuples, the lock requests on it, its autovacuum
+// setting) are those of every table in message_generations.
+//
 // Three habits keep the plans from walking an index that does not bound
 // them, which costs every dead entry a pinned horizon keeps and which the
 // planner chooses when ANALYZE last saw a nearly empty table

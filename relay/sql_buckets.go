@@ -62,7 +62,7 @@ WITH owned AS MATERIALIZED (` + bucketOwned + `
 ), outside AS MATERIALIZED (
     SELECT k.key, k.ids, k.leased, k.newest,
            CASE WHEN p.id IS NULL OR p.ours
-                THEN (SELECT o.id FROM {schema}.messages AS o
+                THEN (SELECT o.id FROM {schema}.messages_all AS o
                        WHERE o.key IS NOT NULL AND (o.key, o.id) > (k.key, k.ids[1]) AND (o.key, o.id) <= (k.key, 9223372036854775807)
                          AND o.id <> ALL (k.ids)
                        ORDER BY o.key, o.id LIMIT 1)
@@ -72,7 +72,7 @@ WITH owned AS MATERIALIZED (` + bucketOwned + `
               FROM fits WHERE key IS NOT NULL GROUP BY key) AS k
       LEFT JOIN LATERAL (
            SELECT o.id, (o.leased_by = @relay_id AND ` + leaseRunning("o") + `) IS TRUE AS ours
-             FROM {schema}.messages AS o
+             FROM {schema}.messages_all AS o
             WHERE o.key IS NOT NULL AND (o.key, o.id) < (k.key, k.ids[1]) AND (o.key, o.id) >= (k.key, ` + floor.IDFloor + `)
             ORDER BY o.key DESC, o.id DESC LIMIT 1) AS p ON true
 ), kept AS MATERIALIZED (
@@ -94,7 +94,7 @@ UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT CASE WHEN o.leased_until > now() THEN least(o.leased_until, now() + @lease::interval)
                     ELSE greatest(o.available_at, now()) END
-          FROM {schema}.messages AS o
+          FROM {schema}.messages_all AS o
          WHERE o.id = h.oldest),
        NULL, NULL, NULL, NULL, NULL, NULL, h.key, NULL
   FROM held AS h`
@@ -160,7 +160,7 @@ var bucketWalk = `
       FROM owned AS o
      CROSS JOIN LATERAL (
            SELECT m.id, m.leased_by, m.available_at, ` + payloadSize("m") + ` AS size, m.key
-             FROM {schema}.messages AS m
+             FROM {schema}.messages_all AS m
             WHERE {schema}.messages_bucket(m.key, m.id) BETWEEN 0 AND 63
               AND ({schema}.messages_bucket(m.key, m.id), m.available_at) <= (o.bucket, now())
               AND ({schema}.messages_bucket(m.key, m.id), m.available_at) >= (o.bucket, @floor::timestamptz)
@@ -184,9 +184,9 @@ var bucketHeldHeads = `
     UNION ALL
     SELECT * FROM (
         SELECT m.id, m.leased_by, m.available_at, ` + payloadSize("m") + ` AS size, m.key
-          FROM {schema}.messages AS m
+          FROM {schema}.messages_all AS m
          WHERE m.id = ANY (ARRAY(
-               SELECT (SELECT h.id FROM {schema}.messages AS h WHERE ` + ofKey("h", "k.key") + ` ORDER BY h.key, h.id LIMIT 1)
+               SELECT (SELECT h.id FROM {schema}.messages_all AS h WHERE ` + ofKey("h", "k.key") + ` ORDER BY h.key, h.id LIMIT 1)
                  FROM unnest(@held_keys::text[]) AS k(key)))
            AND {schema}.messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM owned))
            AND (m.id, m.available_at) <= (m.id, now())

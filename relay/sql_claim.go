@@ -75,7 +75,7 @@ func leaseRows(from, bucket string) string {
 // comma) and a further condition (where, starting with AND).
 func leaseRowsAlso(from, bucket, set, where string) string {
 	return `
-    UPDATE {schema}.messages AS m
+    UPDATE {schema}.messages_all AS m
        SET attempts = ` + nextAttempt + `,
            claim_seq = ` + nextClaimSeq + `,
            leased_by = @relay_id,
@@ -152,7 +152,7 @@ func payloadSize(alias string) string {
 var queryMessagesClaim = `
 WITH due AS MATERIALIZED (
     SELECT id, leased_by, available_at, ` + payloadSize("c") + ` AS size
-      FROM {schema}.messages AS c
+      FROM {schema}.messages_all AS c
      WHERE available_at <= now()
        AND available_at >= @floor::timestamptz
        AND ` + leaseOver + `
@@ -168,7 +168,7 @@ SELECT *, NULL::text AS held_key FROM leased`
 // oldestRow is the claim floor's {oldest} where a claim may take any row
 // (relay/internal/floor, Statements):
 // the oldest row at or above @start, through messages_due_idx.
-const oldestRow = `(SELECT available_at FROM {schema}.messages
+const oldestRow = `(SELECT available_at FROM {schema}.messages_all
          WHERE available_at >= @start::timestamptz
          ORDER BY available_at
          LIMIT 1)`

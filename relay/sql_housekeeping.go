@@ -19,7 +19,7 @@ package relay
 // the default sink), up to @cap rows.
 const queryMessagesBacklog = `
 SELECT coalesce(destination, @default_sink), count(*)
-  FROM (SELECT destination FROM {schema}.messages
+  FROM (SELECT destination FROM {schema}.messages_all
          WHERE available_at <= now() AND available_at >= @floor::timestamptz
            AND ` + leaseOver + `
          LIMIT @cap) AS due
@@ -30,32 +30,37 @@ SELECT coalesce(destination, @default_sink), count(*)
 // later) and the dead letters (each up to @cap), how long the oldest due
 // row has waited, the hot table's dead tuples (vacuum falling behind) and
 // the lock requests waiting on it now (claims, producers and vacuum
-// contending). @schema_name is the plain schema name.
+// contending). The rows are read through messages_all, every generation
+// of the hot table (migration 24); the dead tuples and the lock requests
+// are those of every generation's table (message_generations).
+// @schema_name is the plain schema name.
 const queryTableHealth = `
-SELECT (SELECT count(*) FROM (SELECT 1 FROM {schema}.messages
+SELECT (SELECT count(*) FROM (SELECT 1 FROM {schema}.messages_all
                                WHERE last_error IS NOT NULL AND available_at > now()
                                  AND leased_by IS NULL AND attempts > 0
                                LIMIT @cap) AS b),
        coalesce(extract(epoch FROM now() - (
-           SELECT min(available_at) FROM {schema}.messages
+           SELECT min(available_at) FROM {schema}.messages_all
             WHERE available_at <= now() AND available_at >= @floor::timestamptz
               AND ` + leaseOver + `)), 0)::float8,
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.dead_letters LIMIT @cap) AS d),
-       coalesce((SELECT n_dead_tup FROM pg_catalog.pg_stat_user_tables
-                  WHERE schemaname = @schema_name AND relname = 'messages'), 0),
+       coalesce((SELECT sum(n_dead_tup) FROM pg_catalog.pg_stat_user_tables
+                  WHERE schemaname = @schema_name AND relid IN (SELECT relid FROM {schema}.message_generations)), 0)::bigint,
        (SELECT count(*) FROM pg_catalog.pg_locks
-         WHERE NOT granted AND relation = '{schema}.messages'::regclass)`
+         WHERE NOT granted AND relation IN (SELECT relid FROM {schema}.message_generations))`
 
 // queryAutovacuum reads whether the server runs autovacuum and whether the
 // hot table of schema @schema_name allows it (reloptions
-// autovacuum_enabled).
+// autovacuum_enabled): every generation's table (message_generations,
+// migration 24) must, since each holds rows in its turn.
 const queryAutovacuum = `
 SELECT current_setting('autovacuum')::bool,
-       coalesce((SELECT option_value::bool
+       coalesce((SELECT bool_and(option_value::bool)
                    FROM pg_catalog.pg_class AS c
                    JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace,
                         pg_catalog.pg_options_to_table(c.reloptions)
-                  WHERE n.nspname = @schema_name AND c.relname = 'messages' AND option_name = 'autovacuum_enabled'), true)`
+                  WHERE n.nspname = @schema_name AND c.oid IN (SELECT relid FROM {schema}.message_generations)
+                    AND option_name = 'autovacuum_enabled'), true)`
 
 // The registry of relays and the schema's mode (registry.go). The mode is
 // decided under a transaction-level advisory lock (@lock_name names the
@@ -91,9 +96,11 @@ SELECT {schema}.messages_apply_mode()`
 // mode switches: it waits for every transaction that is inserting to commit
 // and holds new inserts until the switch commits, so that each row is either
 // seen by the switch or written after it, when the producer's triggers
-// follow the new mode. It gives up after lock_timeout.
+// follow the new mode. It locks messages_all, which locks every
+// generation's table with it (the current one, messages, among them). It
+// gives up after lock_timeout.
 const queryModeSwitchLock = `
-SET LOCAL lock_timeout = '10s'; LOCK TABLE {schema}.messages IN SHARE MODE`
+SET LOCAL lock_timeout = '10s'; LOCK TABLE {schema}.messages_all IN SHARE MODE`
 
 // queryRelaysHeartbeat registers relay @relay_id (@version, @mode, wanting
 // NOTIFY wake-ups: @notify, delivering rows without a destination to

@@ -10,7 +10,7 @@ package relay
 // whole of queryMessagesArchive. {fence} is the mode's condition on every
 // row a settle touches (empty: none).
 const settleArchive = `archived AS (
-    DELETE FROM {schema}.messages AS m
+    DELETE FROM {schema}.messages_all AS m
      USING unnest(@archive_ids::bigint[], @archive_seqs::int[], @archive_duplicate::bool[]) AS s(id, claim_seq, duplicate)
      WHERE m.id = ANY (@archive_ids::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq{fence}
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
@@ -71,7 +71,7 @@ SELECT coalesce((SELECT array_agg(id) FROM archived), '{}')`
 // row.
 const queryMessagesSettle = `
 WITH {fence_cte}` + settleArchive + `, requeued AS (
-    UPDATE {schema}.messages AS m
+    UPDATE {schema}.messages_all AS m
        SET leased_by = NULL,
            leased_until = NULL,
            available_at = now() + r.delay_us * interval '1 microsecond',
@@ -83,7 +83,7 @@ WITH {fence_cte}` + settleArchive + `, requeued AS (
      WHERE m.id = ANY (@requeue_ids::bigint[]) AND m.id = r.id AND m.claim_seq = r.claim_seq{fence}
  RETURNING m.id, m.key, m.available_at
 ), dead AS (
-    DELETE FROM {schema}.messages AS m
+    DELETE FROM {schema}.messages_all AS m
      USING unnest(@dead_ids::bigint[], @dead_seqs::int[], @dead_reasons::text[], @dead_errors::text[]) AS d(id, claim_seq, reason, error)
      WHERE m.id = ANY (@dead_ids::bigint[]) AND m.id = d.id AND m.claim_seq = d.claim_seq{fence}
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,

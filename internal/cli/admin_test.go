@@ -129,8 +129,8 @@ func TestDeadRetryCommand(t *testing.T) {
 		t.Fatal("a dry run changed the dead letters")
 	}
 	code, stdout, _ = runCmd(t, db, "dead", "retry", "--id", "8")
-	if code != exitOK || !strings.HasPrefix(stdout, "retried 1 dead letter") || db.Count(t, "messages") != 3 {
-		t.Errorf("dead retry --id 8: exit %d, %q, %d pending rows", code, stdout, db.Count(t, "messages"))
+	if code != exitOK || !strings.HasPrefix(stdout, "retried 1 dead letter") || db.Count(t, "messages_all") != 3 {
+		t.Errorf("dead retry --id 8: exit %d, %q, %d pending rows", code, stdout, db.Count(t, "messages_all"))
 	}
 	code, stdout, _ = runCmd(t, db, "dead", "purge", "--reason", "permanent")
 	if code != exitOK || stdout != "purged 1 dead letter\n" || db.Count(t, "dead_letters") != 0 {

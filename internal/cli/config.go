@@ -58,6 +58,7 @@ type config struct {
 	BackoffMax       time.Duration `env:"RELAY_BACKOFF_MAX" envDefault:"1h" doc:"Longest retry delay." allowed:"a duration of at least RELAY_BACKOFF_MIN"`
 	DrainTimeout     time.Duration `env:"RELAY_DRAIN_TIMEOUT" envDefault:"10s" doc:"At SIGTERM, how long in-flight deliveries may finish; then they are released for the next relay." allowed:"a duration of 0 or more"`
 	ArchiveRetention time.Duration `env:"RELAY_ARCHIVE_RETENTION" envDefault:"168h" doc:"How long delivered rows stay in the archive table, at least: retention drops whole partitions of a quarter of it, so a row goes at most a quarter later. 0 keeps them forever." allowed:"a duration of 0 or more, like 168h"`
+	HotRotation      time.Duration `env:"RELAY_HOT_ROTATION" envDefault:"1m" doc:"How long each generation of the hot table (messages) stays current before the relay rotates it: rows go on into a new table, and a drained generation is emptied with TRUNCATE, so that a pinned MVCC horizon cannot grow the table. A producer's insert waits behind a rotation at most 50 ms. 0 turns rotation off." allowed:"a duration of 0 or more, like 1m"`
 	DedupRetention   time.Duration `env:"RELAY_DEDUP_RETENTION" envDefault:"168h" doc:"How long delivered idempotency keys are remembered, at least (forgotten at most half of it later: whole partitions are dropped): a row inserted again with such a key is archived as a duplicate, not sent. 0 keeps them forever." allowed:"a duration of 0 or more, like 168h"`
 	CloudEvents      string        `env:"RELAY_CLOUDEVENTS_SOURCE" doc:"When set, every message also carries CloudEvents 1.0 binary-mode headers: ce-specversion, ce-id (the idempotency key), ce-type (the topic), ce-source (this value) and ce-time (created_at). Headers a row sets itself are kept." allowed:"a URI reference, like /orders-service or https://example.com/orders"`
 	DiscoverInterval time.Duration `env:"RELAY_DISCOVER_INTERVAL" envDefault:"10s" doc:"How often the schemas matching RELAY_SCHEMA_MATCH (or a tenant's schema_match) are looked for again." allowed:"a duration from 1s to 30s"`
@@ -357,6 +358,10 @@ func (c *config) validate() error {
 		return c.refuse("RELAY_ARCHIVE_RETENTION", "negative")
 	case c.DedupRetention < 0:
 		return c.refuse("RELAY_DEDUP_RETENTION", "negative")
+	case c.HotRotation < 0:
+		return c.refuse("RELAY_HOT_ROTATION", "negative")
+	case c.HotRotation > 0 && c.HotRotation < time.Second:
+		return c.refuse("RELAY_HOT_ROTATION", "under a second")
 	}
 	if c.Mode != "" && !slices.Contains(outbox.Modes, outbox.Mode(c.Mode)) {
 		return c.refuse("RELAY_MODE", "unknown mode")

@@ -158,7 +158,7 @@ func insertSeedRows(t *testing.T, db *dbtest.Schema, rows []seedRow) []int64 {
 func waitSettled(t *testing.T, db *dbtest.Schema, dead int) {
 	t.Helper()
 	waitfor.Condition(t, 30*time.Second, fmt.Sprintf("every row delivered or dead-lettered (%d dead letters)", dead), func() bool {
-		return db.Count(t, "messages") == 0 && db.Count(t, "dead_letters") == dead
+		return db.Count(t, "messages_all") == 0 && db.Count(t, "dead_letters") == dead
 	})
 }
 
@@ -382,7 +382,7 @@ func TestConsoleBrowser_OperatorFixesAnIncident(t *testing.T) {
 				n++
 			}
 		}
-		return n == len(refunds) && db.Count(t, "messages") == 0
+		return n == len(refunds) && db.Count(t, "messages_all") == 0
 	})
 	var got [][]byte
 	for _, r := range rcv.Received(t) {

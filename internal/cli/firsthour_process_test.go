@@ -304,7 +304,7 @@ func TestFirstHour_TopicPatternMatchingEverythingNeedsAll(t *testing.T) {
 			t.Errorf("%v: exit %d, want %d and an error saying the pattern matches every topic\nstdout: %s\nstderr: %s", args, code, exitUsage, stdout, stderr)
 		}
 	}
-	if db.Count(t, "dead_letters") != 2 || db.Count(t, "messages") != 1 {
+	if db.Count(t, "dead_letters") != 2 || db.Count(t, "messages_all") != 1 {
 		t.Fatal("a refused command changed rows")
 	}
 	code, stdout, stderr, _ := runBinaryWithin(t, 30*time.Second, operatorEnv(db), "dead", "purge", "--topic", "orders.%")

@@ -52,7 +52,7 @@ func TestProcess_HistoryPartitionsAreDroppedPastRetentionWhileRowsFlow(t *testin
 	}
 
 	waitfor.Condition(t, 60*time.Second, "the archive and the delivered keys emptied by retention", func() bool {
-		return db.Count(t, "archive") == 0 && db.Count(t, "delivered_keys") == 0 && db.Count(t, "messages") == 0
+		return db.Count(t, "archive") == 0 && db.Count(t, "delivered_keys") == 0 && db.Count(t, "messages_all") == 0
 	})
 	var parts int
 	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Table("history_partitions")+"('archive')").Scan(&parts); err != nil {

@@ -138,7 +138,7 @@ func TestProcess_HostileSettleRefusedForOneRowIsIsolated(t *testing.T) {
 	if !p.logHas(`"id":` + fmt.Sprint(poison)) {
 		t.Errorf("no log line names row %d", poison)
 	}
-	if n := db.Count(t, "messages"); n != 1 {
+	if n := db.Count(t, "messages_all"); n != 1 {
 		t.Errorf("%d rows left in messages, want the poison row alone", n)
 	}
 	if m := p.metrics(); metricValue(m, "outbox_relay_settle_isolated_rows_total") < 1 {

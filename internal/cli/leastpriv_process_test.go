@@ -281,7 +281,7 @@ INSERT INTO %s.archive (id, topic, payload, key, idempotency_key, created_at, at
 	}
 	// order-1's 2 rows, the retried dead letter and the replayed row are
 	// pending; order-2's rows were cancelled into the dead letters.
-	if n := lp.Count(t, "messages"); n != 4 {
+	if n := lp.Count(t, "messages_all"); n != 4 {
 		t.Errorf("messages holds %d rows, want 4", n)
 	}
 	if n := lp.Count(t, "dead_letters"); n != 2 {

@@ -204,7 +204,7 @@ func TestManyOutboxes_CommandsOnOneOutboxRefuseWithoutSchema(t *testing.T) {
 			}
 		}
 	}
-	if a.Count(t, "dead_letters") != 2 || a.Count(t, "messages") != 2 || b.Count(t, "messages") != 1 || b.Count(t, "archive") != 1 {
+	if a.Count(t, "dead_letters") != 2 || a.Count(t, "messages_all") != 2 || b.Count(t, "messages_all") != 1 || b.Count(t, "archive") != 1 {
 		t.Fatal("a refused command changed rows")
 	}
 
@@ -218,9 +218,9 @@ func TestManyOutboxes_CommandsOnOneOutboxRefuseWithoutSchema(t *testing.T) {
 		t.Errorf("dead list --schema %s: exit %d, stderr %s, stdout %q", b.Name, code, stderr, stdout)
 	}
 	code, stdout, stderr = runEnv(t, tenants, "replay", "--all", "--tenant", "beta", "--schema", b.Name)
-	if code != exitOK || !strings.HasPrefix(stdout, "replayed 1 event") || b.Count(t, "messages") != 2 || a.Count(t, "messages") != 2 {
+	if code != exitOK || !strings.HasPrefix(stdout, "replayed 1 event") || b.Count(t, "messages_all") != 2 || a.Count(t, "messages_all") != 2 {
 		t.Errorf("replay --tenant beta --schema %s: exit %d, stderr %s, stdout %q; %d rows in its messages (want 2), %d in the other's (want 2)",
-			b.Name, code, stderr, stdout, b.Count(t, "messages"), a.Count(t, "messages"))
+			b.Name, code, stderr, stdout, b.Count(t, "messages_all"), a.Count(t, "messages_all"))
 	}
 	// Only acme lists a's schema: --tenant may be left out.
 	code, stdout, stderr = runEnv(t, tenants, "dead", "purge", "--all", "--schema", a.Name)

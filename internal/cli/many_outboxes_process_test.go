@@ -317,7 +317,7 @@ func TestProcess_ManyOutboxes_SchemaMatchFindsNewSchemasAndLetsDroppedOnesGo(t *
 	// The schema that does not match: several searches later, untouched.
 	searches := len(p.logLines("INFO", `"schema found`))
 	time.Sleep(3 * time.Second) // three searches at RELAY_DISCOVER_INTERVAL=1s: what is observed is that nothing happens
-	if got := x1.Count(t, "messages"); got != n {
+	if got := x1.Count(t, "messages_all"); got != n {
 		t.Errorf("schema %s, which does not match %s, has %d rows left of %d: the relay served it", x1.Name, pattern, got, n)
 	}
 	if got := srv.Count(t, "S_x1"); got != 0 {
@@ -471,7 +471,7 @@ func TestProcess_ManyOutboxes_TenantsFileTwoDatabasesOneStops(t *testing.T) {
 
 	priv.Start()
 	bPool.Reset() // its connections died with the server
-	left := b.Count(t, "messages")
+	left := b.Count(t, "messages_all")
 	t.Logf("%d rows of b inserted before the stop were left when its server came back", left)
 	if left == 0 {
 		t.Fatal("no row of b was left when its server came back: the stop took longer than the rows' delay, the test proves nothing")
@@ -542,7 +542,7 @@ func TestProcess_ManyOutboxes_TrickleIsNotQueuedBehindAHotBacklog(t *testing.T) 
 		t.Fatalf("only %d cold rows went in while hot had a backlog: the test proves nothing", trickled)
 	}
 	relaytest.WaitDrained(t, cold, relaytest.Budget(trickled))
-	leftInHot := hot.Count(t, "messages")
+	leftInHot := hot.Count(t, "messages_all")
 	t.Logf("%d cold rows trickled in; when the last was delivered, hot had %d rows left", trickled, leftInHot)
 	relaytest.WaitDrained(t, hot, relaytest.Budget(backlog))
 	var coldLast, hotLast time.Time

@@ -149,7 +149,7 @@ func TestProcess_OrderedThreeRelaysAFlakyWebhookKeepEveryKeyInOrder(t *testing.T
 		if n := db.Count(t, "dead_letters"); n != 0 {
 			t.Errorf("%d rows were dead-lettered", n)
 		}
-		if n := db.CountWhere(t, "messages", "waiting"); n != 0 {
+		if n := db.CountWhere(t, "messages_all", "waiting"); n != 0 {
 			t.Errorf("%d rows are left waiting on their key in an empty table", n)
 		}
 	})
@@ -178,7 +178,7 @@ func TestProcess_OrderedToJetStreamSurvivesASIGKILL(t *testing.T) {
 			t.Fatal(err)
 		}
 		victim.wait(10 * time.Second)
-		if db.Count(t, "messages") == 0 {
+		if db.Count(t, "messages_all") == 0 {
 			t.Fatal("everything was delivered before the kill; the test proves nothing")
 		}
 		startProcess(t, env...)
@@ -221,7 +221,7 @@ func TestProcess_OrderedRowsWithoutAKeyAreNeverHeldUp(t *testing.T) {
 			return n == 500
 		})
 		var keyedLeft int
-		if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+db.Table("messages")+" WHERE key IS NOT NULL").Scan(&keyedLeft); err != nil {
+		if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+db.Table("messages_all")+" WHERE key IS NOT NULL").Scan(&keyedLeft); err != nil {
 			t.Fatal(err)
 		}
 		if keyedLeft != 50*20 {

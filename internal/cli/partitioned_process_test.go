@@ -119,7 +119,7 @@ func acceptedByReceiver(t *testing.T, rcv *webhooktest.Receiver) ([]orderedEvent
 // archive exactly once each, and that the destination accepted every one.
 func assertDeliveredOnce(t *testing.T, db *dbtest.Schema, rcv *webhooktest.Receiver, n int) {
 	t.Helper()
-	if left := db.Count(t, "messages"); left != 0 {
+	if left := db.Count(t, "messages_all"); left != 0 {
 		t.Errorf("%d rows left in the hot table", left)
 	}
 	var rows, ids int
@@ -433,7 +433,7 @@ func TestProcess_PartitionedFourRelaysOneKilledOneAddedKeepEveryKeyInOrder(t *te
 	}
 	victim.wait(10 * time.Second)
 	killedAt := time.Now()
-	left := db.Count(t, "messages")
+	left := db.Count(t, "messages_all")
 	relays["relay-5"] = startProcess(t, env("relay-5")...)
 	relaytest.WaitDrained(t, db, relaytest.Budget(total))
 	t.Logf("%d of %d rows were left when relay-2 was killed; drained %s later", left, total, time.Since(killedAt).Round(time.Millisecond))

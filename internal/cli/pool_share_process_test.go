@@ -96,7 +96,7 @@ func TestProcess_PoolShare_LockedOutboxesLeaveConnectionsToTheOthers(t *testing.
 			t.Fatal(err)
 		}
 		waitfor.Condition(t, 30*time.Second, fmt.Sprintf("trickle row %d of the unlocked outbox to be delivered while %d others are locked", i, locked), func() bool {
-			return free.Count(t, "messages") == 0
+			return free.Count(t, "messages_all") == 0
 		})
 		trickled++
 		took := time.Since(inserted)

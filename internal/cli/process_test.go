@@ -188,10 +188,10 @@ func TestProcess_SIGKILLMidBatchLosesNothing(t *testing.T) {
 	if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+db.Table("messages")+" WHERE leased_by IS NOT NULL").Scan(&orphaned); err != nil {
 		t.Fatal(err)
 	}
-	if db.Count(t, "messages") == 0 {
+	if db.Count(t, "messages_all") == 0 {
 		t.Fatal("the relay finished before it was killed; the test proves nothing")
 	}
-	t.Logf("killed with %d rows left, %d of them leased by the dead relay", db.Count(t, "messages"), orphaned)
+	t.Logf("killed with %d rows left, %d of them leased by the dead relay", db.Count(t, "messages_all"), orphaned)
 
 	second := startProcess(t, env...)
 	relaytest.WaitDrained(t, db, relaytest.Budget(n))
@@ -273,7 +273,7 @@ func TestProcess_SIGTERMDuringAHangingWebhookExitsWithinTheDrainTimeout(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := db.Count(t, "messages"); got != 20 || leased != 0 || attempts != 0 {
+	if got := db.Count(t, "messages_all"); got != 20 || leased != 0 || attempts != 0 {
 		t.Errorf("after shutdown: %d rows, %d leased, %d attempts counted; want all 20 back, none leased, no attempt spent", got, leased, attempts)
 	}
 }

@@ -143,7 +143,7 @@ func TestProcess_PubSubKeyOrderSurvivesTwoRelaysFailuresAndASIGKILL(t *testing.T
 			t.Fatal(err)
 		}
 		victim.wait(10 * time.Second)
-		if db.Count(t, "messages") == 0 {
+		if db.Count(t, "messages_all") == 0 {
 			t.Fatal("everything was delivered before the kill; the test proves nothing")
 		}
 		startProcess(t, env...)
@@ -193,7 +193,7 @@ func TestProcess_PubSubOutageAndThrottlingHoldRows(t *testing.T) {
 	readyzSays("does not answer")
 	insert(50)
 	time.Sleep(time.Second) // claims the relay would make, if it made any
-	if got := db.CountWhere(t, "messages", "attempts > 0"); got != 0 {
+	if got := db.CountWhere(t, "messages_all", "attempts > 0"); got != 0 {
 		t.Errorf("%d rows spent attempts while Pub/Sub was down", got)
 	}
 	srv.Restart()

@@ -91,6 +91,7 @@ func settingsOf(c *config, version string) settings {
 			DrainTimeout:      c.DrainTimeout,
 			ArchiveRetention:  forever(c.ArchiveRetention),
 			DedupRetention:    forever(c.DedupRetention),
+			HotRotation:       forever(c.HotRotation),
 			CloudEventsSource: c.CloudEvents,
 			TraceInject:       c.Tracing.Inject,
 		},

@@ -72,6 +72,7 @@ var sampleValues = map[string]string{
 	"RELAY_DRAIN_TIMEOUT":                "3s",
 	"RELAY_ARCHIVE_RETENTION":            "24h",
 	"RELAY_DEDUP_RETENTION":              "0",
+	"RELAY_HOT_ROTATION":                 "5m",
 	"RELAY_CLOUDEVENTS_SOURCE":           "/orders",
 	"RELAY_HTTP_ADDR":                    "127.0.0.1:9999",
 	"RELAY_HTTP_MAX_CONNECTIONS":         "64",

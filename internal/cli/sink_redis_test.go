@@ -165,7 +165,7 @@ func TestProcess_RedisKeepsKeyOrderAcrossTwoRelaysAndASIGKILL(t *testing.T) {
 			t.Fatal(err)
 		}
 		victim.wait(10 * time.Second)
-		if db.Count(t, "messages") == 0 {
+		if db.Count(t, "messages_all") == 0 {
 			t.Fatal("everything was delivered before the kill; the test proves nothing")
 		}
 		startProcess(t, env...)
@@ -204,7 +204,7 @@ func TestProcess_RedisOutageRowsWaitAndReadyzSaysWhy(t *testing.T) {
 	relaytest.InsertRows(t, db, 200, "orders.during")
 	// Long enough for several claims and backoffs, had the relay tried.
 	time.Sleep(2 * time.Second)
-	if n := db.CountWhere(t, "messages", "attempts > 0"); n != 0 {
+	if n := db.CountWhere(t, "messages_all", "attempts > 0"); n != 0 {
 		t.Errorf("%d rows spent attempts while Redis was down", n)
 	}
 	if n := db.Count(t, "dead_letters"); n != 0 {
@@ -286,7 +286,7 @@ func TestProcess_RedisOverTLSAndRefusedCredentials(t *testing.T) {
 	if n := len(p.logLines("ERROR", "Redis refuses")); n != 1 {
 		t.Errorf("the refusal is logged %d times at error level, want once", n)
 	}
-	if refused.CountWhere(t, "messages", "attempts > 0") != 0 {
+	if refused.CountWhere(t, "messages_all", "attempts > 0") != 0 {
 		t.Error("the row spent attempts while the credentials were refused")
 	}
 	if strings.Contains(strings.Join(p.log(), "\n"), "wrong-password") {

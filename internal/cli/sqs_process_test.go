@@ -179,7 +179,7 @@ func TestProcess_SQSOutageRowsWait(t *testing.T) {
 	})
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload) SELECT 'orders.created', convert_to(i::text, 'UTF8') FROM generate_series(1, 50) AS i`)
 	time.Sleep(time.Second)
-	if c := db.Count(t, "messages"); c != 50 {
+	if c := db.Count(t, "messages_all"); c != 50 {
 		t.Fatalf("%d rows in the hot table during the outage, want all 50", c)
 	}
 	var attempts int

@@ -101,7 +101,7 @@ func TestOperations_RequireAFilterOrAll(t *testing.T) {
 			t.Errorf("%s without a filter: err = %v, want ErrNoFilter", name, err)
 		}
 	}
-	if db.Count(t, "dead_letters") != 1 || db.Count(t, "messages") != 1 || db.Count(t, "delivered_keys") != 1 {
+	if db.Count(t, "dead_letters") != 1 || db.Count(t, "messages_all") != 1 || db.Count(t, "delivered_keys") != 1 {
 		t.Error("an operation refused for want of a filter changed the tables")
 	}
 	res, err := ops(t, db).PurgeDead(ctx, admin.PurgeDeadOptions{DeadFilter: admin.DeadFilter{All: true}})

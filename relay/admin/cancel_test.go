@@ -43,7 +43,7 @@ INSERT INTO %s.messages (topic, payload, key, idempotency_key, available_at, att
 	if dry != want {
 		t.Errorf("dry run: %+v, want %+v", dry, want)
 	}
-	if db.Count(t, "messages") != 6 || db.Count(t, "dead_letters") != 0 {
+	if db.Count(t, "messages_all") != 6 || db.Count(t, "dead_letters") != 0 {
 		t.Fatal("the dry run changed the tables")
 	}
 
@@ -157,8 +157,8 @@ func TestCancel_LateSettleIsANoOp(t *testing.T) {
 	}
 	close(release)
 	waitfor.Condition(t, 10*time.Second, "the relay's late settle", func() bool { return testutil.ToFloat64(metrics.LeaseLost) >= 1 })
-	if db.Count(t, "dead_letters") != 1 || db.Count(t, "archive") != 0 || db.Count(t, "delivered_keys") != 0 || db.Count(t, "messages") != 0 {
+	if db.Count(t, "dead_letters") != 1 || db.Count(t, "archive") != 0 || db.Count(t, "delivered_keys") != 0 || db.Count(t, "messages_all") != 0 {
 		t.Errorf("after the late settle: %d dead letters, %d archived, %d delivered keys, %d pending; want 1, 0, 0, 0",
-			db.Count(t, "dead_letters"), db.Count(t, "archive"), db.Count(t, "delivered_keys"), db.Count(t, "messages"))
+			db.Count(t, "dead_letters"), db.Count(t, "archive"), db.Count(t, "delivered_keys"), db.Count(t, "messages_all"))
 	}
 }

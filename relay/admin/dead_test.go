@@ -100,7 +100,7 @@ func TestRetryDead(t *testing.T) {
 	if !equalRetry(dry, want) {
 		t.Errorf("dry run: %+v\nwant %+v", dry, want)
 	}
-	if db.Count(t, "dead_letters") != 6 || db.Count(t, "messages") != 1 {
+	if db.Count(t, "dead_letters") != 6 || db.Count(t, "messages_all") != 1 {
 		t.Fatal("the dry run changed the tables")
 	}
 
@@ -346,7 +346,7 @@ func TestTopicPatternMatchingEverythingIsNoFilter(t *testing.T) {
 			t.Errorf("TopicMatchesAll(%q) = true", topic)
 		}
 	}
-	if db.Count(t, "dead_letters") != 1 || db.Count(t, "messages") != 1 {
+	if db.Count(t, "dead_letters") != 1 || db.Count(t, "messages_all") != 1 {
 		t.Fatal("a refused operation changed rows")
 	}
 	res, err := a.PurgeDead(ctx, admin.PurgeDeadOptions{DeadFilter: admin.DeadFilter{Topic: "%", All: true}})

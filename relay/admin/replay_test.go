@@ -43,7 +43,7 @@ func TestReplay_OriginalKeys(t *testing.T) {
 	if dry != want {
 		t.Errorf("dry run: %+v\nwant %+v", dry, want)
 	}
-	if db.Count(t, "messages") != 1 || db.Count(t, "delivered_keys") != 4 {
+	if db.Count(t, "messages_all") != 1 || db.Count(t, "delivered_keys") != 4 {
 		t.Fatal("the dry run changed the tables")
 	}
 
@@ -191,7 +191,7 @@ func TestReplay_RelaySendsOriginalKeys(t *testing.T) {
 
 	sink := &sinktest.Memory{}
 	startRelay(t, db, relay.Config{Sinks: map[string]sinks.Sink{"nats": sink}})
-	waitfor.Condition(t, 10*time.Second, "the hot table to drain", func() bool { return db.Count(t, "messages") == 0 })
+	waitfor.Condition(t, 10*time.Second, "the hot table to drain", func() bool { return db.Count(t, "messages_all") == 0 })
 	if got := slices.Sorted(slices.Values(sink.Keys())); !slices.Equal(got, []string{"replayed"}) {
 		t.Errorf("sent %v, want the replay only (the copy's key is still recorded as delivered)", got)
 	}

@@ -23,6 +23,14 @@ import (
 // Comparisons between idempotency keys mix the "C" collation of the hot
 // table and delivered_keys with the default collation of the other tables;
 // PostgreSQL resolves them to "C", the collation of the indexes.
+//
+// The hot table rotates (migration 24): every statement that reads,
+// updates, deletes or locks pending rows names messages_all, the parent
+// of every generation's table, and sees them all; the statements that put
+// rows back (dead letters retried, archived rows replayed) insert into
+// messages, the current generation, whose insert guard sets their id and
+// relay columns. An index named here (messages_key_idx, …) is each
+// generation's copy of it (messages_g<slot>_key_idx, …).
 
 // Status.
 
@@ -57,7 +65,7 @@ SELECT coalesce(destination, @default_sink) AS destination,
                available_at > now() AND leased_by IS NULL AND attempts > 0 AS backoff,
                available_at > now() AND attempts = 0 AS delayed,
                @ordered AND key IS NOT NULL AND id <> min(id) OVER (PARTITION BY key) AND attempts = 0 AS waiting
-          FROM {schema}.messages) AS m
+          FROM {schema}.messages_all) AS m
  GROUP BY 1
  ORDER BY 1`
 
@@ -65,7 +73,7 @@ SELECT coalesce(destination, @default_sink) AS destination,
 // error, the @limit most frequent first, with the earliest retry of each.
 const queryBackoffByError = `
 SELECT coalesce(last_error, '') AS error, count(*) AS count, min(available_at) AS next_retry_at
-  FROM {schema}.messages
+  FROM {schema}.messages_all
  WHERE available_at > now() AND leased_by IS NULL AND attempts > 0
  GROUP BY 1
  ORDER BY 2 DESC, 3
@@ -113,11 +121,11 @@ SELECT id, version, mode, started_at, last_seen, last_seen > now() - @alive::int
 const queryBlockedKeys = `
 SELECT h.key, h.created_at AS head_created_at, h.attempts, h.available_at AS next_attempt_at,
        coalesce(h.leased_until > now(), false) AS in_flight, coalesce(h.last_error, '') AS last_error,
-       (SELECT count(*) FROM {schema}.messages AS k WHERE k.key = h.key) AS rows
-  FROM {schema}.messages AS h
+       (SELECT count(*) FROM {schema}.messages_all AS k WHERE k.key = h.key) AS rows
+  FROM {schema}.messages_all AS h
  WHERE h.key IS NOT NULL AND NOT h.waiting
    AND h.attempts > 0 AND h.last_error IS NOT NULL
-   AND NOT EXISTS (SELECT 1 FROM {schema}.messages AS o
+   AND NOT EXISTS (SELECT 1 FROM {schema}.messages_all AS o
                     WHERE o.key IS NOT NULL AND (o.key, o.id) >= (h.key, -9223372036854775808) AND (o.key, o.id) < (h.key, h.id))
  ORDER BY h.created_at
  LIMIT @limit`
@@ -126,7 +134,7 @@ SELECT h.key, h.created_at AS head_created_at, h.attempts, h.available_at AS nex
 const queryMessagesLeases = `
 SELECT coalesce(leased_by, '') AS relay_id, count(*) AS rows,
        min(leased_until) AS earliest_lease_end, max(leased_until) AS latest_lease_end
-  FROM {schema}.messages
+  FROM {schema}.messages_all
  WHERE leased_until > now()
  GROUP BY 1
  ORDER BY 2 DESC, 1`
@@ -145,7 +153,7 @@ WITH owners AS (
     SELECT {schema}.messages_bucket(key, id) AS bucket,
            count(*) FILTER (WHERE available_at <= now() AND (leased_until IS NULL OR leased_until <= now())) AS due,
            count(*) FILTER (WHERE leased_until > now()) AS in_flight
-      FROM {schema}.messages
+      FROM {schema}.messages_all
      GROUP BY 1
 )
 SELECT o.owner AS relay_id, array_agg(o.bucket ORDER BY o.bucket) AS buckets, max(o.epoch) AS epoch,
@@ -177,15 +185,19 @@ SELECT GROUPING(reason) = 0 AS by_reason, coalesce(reason, error) AS value, coun
 // queryTablesStatus reads the size and vacuum statistics of the relay's
 // tables in schema @schema_name (the plain name), each summed over its
 // partitions (the archive and the delivered keys are partitioned by time,
-// relay/internal/history; a plain table is its own one partition); the
-// vacuums are the latest of any partition. n_live_tup is the statistics
-// system's running estimate of the row count.
+// relay/internal/history; a plain table is its own one partition) and,
+// for messages, over every generation's table (message_generations,
+// migration 24: the hot table rotates, and the tables named messages_g<slot>
+// hold rows too); the vacuums are the latest of any partition. n_live_tup
+// is the statistics system's running estimate of the row count.
 const queryTablesStatus = `
 SELECT t.name AS "table", sum(pg_total_relation_size(p.relid))::bigint AS total_bytes,
        coalesce(sum(s.n_live_tup), 0)::bigint AS live_tuples, coalesce(sum(s.n_dead_tup), 0)::bigint AS dead_tuples,
        max(s.last_vacuum) AS last_vacuum, max(s.last_autovacuum) AS last_autovacuum
   FROM unnest(ARRAY['messages', 'archive', 'delivered_keys', 'dead_letters']::name[]) WITH ORDINALITY AS t (name, ord)
- CROSS JOIN LATERAL (SELECT format('%I.%I', @schema_name::text, t.name)::regclass AS oid) AS c
+ CROSS JOIN LATERAL (SELECT g.relid AS oid FROM {schema}.message_generations AS g WHERE t.name = 'messages'
+                     UNION ALL
+                     SELECT format('%I.%I', @schema_name::text, t.name)::regclass WHERE t.name <> 'messages') AS c
  CROSS JOIN LATERAL (SELECT tree.relid FROM pg_catalog.pg_partition_tree(c.oid) AS tree WHERE tree.isleaf
                      UNION ALL
                      SELECT k.oid FROM pg_catalog.pg_class AS k WHERE k.oid = c.oid AND k.relkind = 'r') AS p
@@ -238,7 +250,7 @@ const deadLettersJudge = `
     SELECT p.id, p.idempotency_key,
            CASE
                WHEN EXISTS (SELECT 1 FROM {schema}.delivered_keys AS k WHERE k.idempotency_key = p.idempotency_key) THEN 'delivered'
-               WHEN EXISTS (SELECT 1 FROM {schema}.messages AS m WHERE m.idempotency_key = p.idempotency_key) THEN 'pending'
+               WHEN EXISTS (SELECT 1 FROM {schema}.messages_all AS m WHERE m.idempotency_key = p.idempotency_key) THEN 'pending'
                WHEN row_number() OVER (PARTITION BY p.idempotency_key ORDER BY p.id DESC) > 1 THEN 'pending'
                ELSE 'retry'
            END AS verdict
@@ -250,8 +262,11 @@ const deadLettersJudge = `
 // whose available_at is still ahead keeps it), no lease and no last error,
 // with their payload, headers and keys (created now: the insert guard sets
 // created_at), and their topic and destination unless @set_topic or
-// @set_destination (DefaultSinkLabel for none) re-route them. ON CONFLICT
-// covers a row with the same key inserted since the judgement; only dead
+// @set_destination (DefaultSinkLabel for none) re-route them. They are
+// inserted into messages, the current generation; the judgement looks for
+// a pending row with their key in every generation (messages_all). ON
+// CONFLICT covers a row with the same key inserted since the judgement
+// (into messages: the key is unique per generation's table); only dead
 // letters whose row was inserted are deleted. It returns the number
 // matched, the number moved (retried), and the ids of those left because
 // their key was delivered.
@@ -401,7 +416,7 @@ SELECT r.* FROM (
             k.topic, k.idempotency_key, coalesce(k.destination, '') AS destination, k.attempts, k.created_at,
             k.available_at AS at, coalesce(k.last_error, '') AS error, '' AS reason, coalesce(k.leased_by, '') AS leased_by,
             octet_length(k.payload) AS payload_bytes
-       FROM {schema}.messages AS k` + keyHistoryOfKey + `)
+       FROM {schema}.messages_all AS k` + keyHistoryOfKey + `)
     UNION ALL
     (SELECT k.id, CASE WHEN k.duplicate THEN '` + KeyDeduplicated + `' ELSE '` + KeyDelivered + `' END,
             k.topic, k.idempotency_key, coalesce(k.destination, ''), k.attempts, k.created_at,
@@ -423,7 +438,8 @@ SELECT r.* FROM (
 // @delivered_from (inclusive) to @delivered_to (exclusive), created_at
 // from @created_from to @created_to, @topic exactly, @topic_pattern
 // (LIKE), @key; keeps the most recent delivery of each idempotency key;
-// and marks those whose key is pending in the hot table.
+// and marks those whose key is pending in the hot table (in any of its
+// generations: messages_all).
 const archiveReplayJudge = `
 WITH matched AS (
     SELECT a.id, a.topic, a.payload, a.key, a.headers, a.idempotency_key, a.destination, a.delivered_at
@@ -441,12 +457,13 @@ WITH matched AS (
       FROM matched
      ORDER BY idempotency_key, delivered_at DESC, id DESC
 ), judged AS (
-    SELECT l.*, EXISTS (SELECT 1 FROM {schema}.messages AS m WHERE m.idempotency_key = l.idempotency_key) AS pending
+    SELECT l.*, EXISTS (SELECT 1 FROM {schema}.messages_all AS m WHERE m.idempotency_key = l.idempotency_key) AS pending
       FROM latest AS l
 )`
 
 // queryArchiveReplay inserts the judged rows whose key is not pending into
-// the hot table as new rows, in their original order: created now, due now,
+// the hot table (messages, its current generation) as new rows, in their
+// original order: created now, due now,
 // with their original idempotency key, or a new one when @new_keys. With
 // original keys it also forgets those keys in delivered_keys, or the relay
 // would archive the replay as a duplicate without sending it. It returns
@@ -495,7 +512,7 @@ SELECT (SELECT count(*) FROM matched) AS matched,
 // messagesCancelMatch selects pending rows by @key, @topic exactly and
 // @topic_pattern (LIKE).
 const messagesCancelMatch = `
-  FROM {schema}.messages AS m
+  FROM {schema}.messages_all AS m
  WHERE (@key::text IS NULL OR m.key = @key)
    AND (@topic::text IS NULL OR m.topic = @topic)
    AND (@topic_pattern::text IS NULL OR m.topic LIKE @topic_pattern)`
@@ -514,7 +531,7 @@ WITH matched AS (
      ORDER BY m.id
        FOR UPDATE SKIP LOCKED
 ), cancelled AS (
-    DELETE FROM {schema}.messages AS m
+    DELETE FROM {schema}.messages_all AS m
      USING picked
      WHERE m.id = picked.id
     RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
@@ -539,10 +556,10 @@ SELECT (SELECT n FROM matched) AS matched, (SELECT count(*) FROM dead) AS cancel
 // promotions move it (the claim floor's rule; the transaction has its id
 // from the delete).
 const queryKeysPromote = `
-UPDATE {schema}.messages AS m
+UPDATE {schema}.messages_all AS m
    SET waiting = false, available_at = greatest(m.available_at, clock_timestamp())
  WHERE m.id = ANY (ARRAY(
-       SELECT (SELECT q.id FROM {schema}.messages AS q
+       SELECT (SELECT q.id FROM {schema}.messages_all AS q
                 WHERE q.waiting AND q.key IS NOT NULL
                   AND (q.key, q.id) >= (k.key, -9223372036854775808) AND (q.key, q.id) <= (k.key, 9223372036854775807)
                 ORDER BY q.key, q.id LIMIT 1)

@@ -203,12 +203,12 @@ func TestActionsCountFirstThenChangeOnConfirmation(t *testing.T) {
 	if n := db.CountWhere(t, "dead_letters", "reason = 'exhausted'"); n != 0 {
 		t.Errorf("%d exhausted letters left after retrying their group", n)
 	}
-	if n := db.CountWhere(t, "messages", "idempotency_key IN ('d-3', 'd-5')"); n != 2 {
+	if n := db.CountWhere(t, "messages_all", "idempotency_key IN ('d-3', 'd-5')"); n != 2 {
 		t.Errorf("%d of the retried letters are back in the hot table, want 2 (d-1 was purged)", n)
 	}
 
 	// Cancel a key's pending rows.
-	pending := db.CountWhere(t, "messages", "key = 'order-0'")
+	pending := db.CountWhere(t, "messages_all", "key = 'order-0'")
 	if _, body = post(t, client, base+"cancel", url.Values{"csrf": {token}, "key": {"order-0"}}); !strings.Contains(body, `<strong id="count">`+strconv.Itoa(pending)+`</strong>`) {
 		t.Fatalf("cancel dry run (want %d):\n%s", pending, body)
 	}

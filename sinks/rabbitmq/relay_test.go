@@ -54,7 +54,7 @@ func TestRelay_NothingLostWhileTheBrokerDropsConnections(t *testing.T) {
 	closes := 0
 	for i := 1; i <= 5; i++ {
 		waitfor.Condition(t, relaytest.Budget(n), fmt.Sprintf("%d rows archived", i*n/7), func() bool { return db.Count(t, "archive") >= i*n/7 })
-		if db.Count(t, "messages") == 0 {
+		if db.Count(t, "messages_all") == 0 {
 			break
 		}
 		v.CloseConnections(t, fmt.Sprintf("outbox-relay test: close %d", i))

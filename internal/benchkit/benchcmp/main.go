@@ -77,6 +77,7 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Minute, "-pin-horizon: length of the run")
 	every := flag.Duration("every", time.Minute, "-pin-horizon: sampling interval")
 	pinAfter := flag.Duration("pin-after", time.Minute, "-pin-horizon: when the pin starts")
+	pinFor := flag.Duration("pin-for", 0, "-pin-horizon: how long the pin is held (0: to the end of the run), to see what the tables keep after it ends")
 	pinHow := flag.String("pin-how", pinHowSnapshot, "-pin-horizon: how the pinned databases' horizon is pinned: snapshot (a REPEATABLE READ transaction holding its snapshot), xid (an idle READ COMMITTED transaction holding a transaction id, as BEGIN; SELECT txid_current(); left open) or readers (four REPEATABLE READ readers each scanning the hot table and the archive, 50 ms apart, until the end)")
 	pgURL := flag.String("pg-url", "", "-pin-horizon, -many-outboxes: an existing PostgreSQL server (with pg_stat_statements preloaded) instead of one of the benchmark's own")
 	pgBin := flag.String("pg-bin", "", "-pin-horizon, -many-outboxes: directory of initdb and pg_ctl (default: the newest /usr/lib/postgresql/*/bin, else PATH)")
@@ -130,7 +131,7 @@ func main() {
 		o := pinOptions{
 			Binary: *binary, Refloop: *refloop, RefloopUnpinned: *refloopUnpinned,
 			PGURL: *pgURL, PGBin: *pgBin, PGPort: *pgPort, NatsURL: *natsURL,
-			Duration: *duration, Every: *every, PinAfter: *pinAfter, PinHow: *pinHow,
+			Duration: *duration, Every: *every, PinAfter: *pinAfter, PinFor: *pinFor, PinHow: *pinHow,
 			Rate: *rate, Producers: *producers, PayloadBytes: *payload, JSON: *jsonOut,
 			Mode: *relayMode, Keys: *keys, RelayEnv: relayEnv,
 		}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,10 +60,12 @@ type pinOptions struct {
 	// to a stream of its own); otherwise each contender gets a JetStream
 	// server in process. Refloop always gets its own in-process server: its
 	// stream name is fixed.
-	NatsURL      string
-	Duration     time.Duration
-	Every        time.Duration
-	PinAfter     time.Duration
+	NatsURL  string
+	Duration time.Duration
+	Every    time.Duration
+	PinAfter time.Duration
+	// PinFor is how long the pin is held; zero: to the end of the run.
+	PinFor       time.Duration
 	Rate         float64 // rows per second per database, one per transaction
 	Producers    int     // producer connections per database
 	PayloadBytes int
@@ -117,6 +120,8 @@ func (o pinOptions) validate() error {
 		return fmt.Errorf("-duration %s, -every %s: want 0 < every <= duration", o.Duration, o.Every)
 	case o.PinAfter < 0 || o.PinAfter >= o.Duration:
 		return fmt.Errorf("-pin-after %s: want from 0 to less than -duration %s", o.PinAfter, o.Duration)
+	case o.PinFor < 0 || o.PinFor > 0 && o.PinAfter+o.PinFor >= o.Duration:
+		return fmt.Errorf("-pin-for %s: want 0 (to the end) or to end before -duration %s", o.PinFor, o.Duration)
 	case o.Rate <= 0 || o.Producers < 1 || o.PayloadBytes < 1:
 		return errors.New("-rate, -producers and -payload must be positive")
 	}
@@ -265,7 +270,7 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 		if c.url, err = databaseURL(adminURL, c.DB); err != nil {
 			return nil, err
 		}
-		c.hotSchema, c.hot, c.archived, c.tables = "outbox", "messages", "archive", relayTables
+		c.hotSchema, c.hot, c.archived, c.tables = "outbox", "messages_all", "archive", slices.Clone(relayTables)
 		if c.Kind == "refloop" {
 			// Refloop has no table but these two.
 			c.hotSchema, c.hot, c.archived = "public", "outbox", "outbox_archive"
@@ -355,11 +360,13 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 		fmt.Fprintf(w, "relays in RELAY_MODE=%s, rows spread over %d keys\n", o.Mode, o.Keys)
 	}
 
-	// The pin holds until the end of the run, refloop's grace included.
+	// The pin holds until the end of the run, refloop's grace included,
+	// or for -pin-for.
 	var hold *pinHold
 	defer func() { hold.release(context.WithoutCancel(ctx)) }()
 	pinAt := time.NewTimer(time.Until(t0.Add(o.PinAfter)))
 	defer pinAt.Stop()
+	var pinEnd <-chan time.Time
 	pinned := false
 	for next := o.Every; ; next += o.Every {
 		at := min(next, o.Duration)
@@ -383,9 +390,18 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 				}
 				pinned = true
 				fmt.Fprintf(w, "pin (%s) held from %s in %s\n", pinLabel(o.PinHow), time.Since(t0).Round(time.Second), pinnedNames(cs))
+				if o.PinFor > 0 {
+					end := time.NewTimer(time.Until(t0.Add(o.PinAfter + o.PinFor)))
+					defer end.Stop()
+					pinEnd = end.C
+				}
 				if o.PinHow == pinHowXID {
 					fmt.Fprintln(w, "note: a running xid is in every snapshot the server takes, so the unpinned databases' snapshots hold it as their xmin too (pinXID)")
 				}
+			case <-pinEnd:
+				hold.release(context.WithoutCancel(ctx))
+				hold, pinned, pinEnd = nil, false, nil
+				fmt.Fprintf(w, "pin released at %s\n", time.Since(t0).Round(time.Second))
 			case <-tick.C:
 				break wait
 			}

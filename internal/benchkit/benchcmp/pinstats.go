@@ -372,66 +372,104 @@ func sampleAll(ctx context.Context, admin *pgxpool.Pool, cs []*contender, after 
 	return nil
 }
 
-// relayTables are the relay's tables, whose disk a sample sums: the
-// archive and the delivered keys partitioned (relay/internal/history),
-// the others plain.
-var relayTables = []string{"messages", "archive", "delivered_keys", "dead_letters"}
+// relayTables are the relay's tables, whose disk a sample sums: the hot
+// table's generations (messages_all and the tables that inherit from it,
+// relay/internal/rotation), the archive and the delivered keys
+// partitioned (relay/internal/history), the dead letters plain. A build
+// of the relay from before the generations (schema version 23 or older)
+// has a plain messages instead: tableStats falls back to it.
+var relayTables = []string{"messages_all", "archive", "delivered_keys", "dead_letters"}
 
 // queryTableStats reads a contender's table figures in one statement:
-// the hot table's ($2) dead and live tuples and inserts; the archive's
-// ($3) inserts and dead tuples, summed over its leaf partitions; the disk
-// of the tables $4 (pg_total_relation_size: heap, indexes and TOAST),
-// each summed over its leaf partitions; the tables of $3 and $4 missing
-// from schema $1; and the oldest xmin age of the database's sessions (see
-// sampleAll). No row when the hot table does not exist.
+// the hot table's ($2) dead and live tuples, inserts and deletes; the
+// archive's ($3) dead tuples; the disk of the tables $4
+// (pg_total_relation_size: heap, indexes and TOAST); each summed over the
+// table's leaves; the tables of $2, $3 and $4 missing from schema $1; and
+// the oldest xmin age of the database's sessions (see sampleAll). No row
+// when the hot table does not exist.
 //
-// The relay's archive and delivered keys are partitioned by time: the
-// statistics count a partitioned table's rows in its partitions alone
-// (pg_stat_user_tables lists the partitioned table with zeros, or not at
-// all, by version), and pg_total_relation_size of a partitioned table is
-// zero. Each table therefore stands for its leaf partitions
-// (pg_partition_tree), or for itself when plain (pg_partition_tree lists
-// nothing for a plain table), which keeps refloop's plain tables counted;
-// the hot tables are plain. to_regclass, unlike a cast, makes a missing
-// table NULL rather than an error, so that the statement can name it.
+// A table stands for its leaves: the leaf partitions of a partitioned
+// table (pg_partition_tree: the relay's archive and delivered keys), or a
+// plain table and the tables that inherit from it (pg_inherits: the
+// relay's messages_all and its generations, with the empty spares taken
+// out of it, messages_g<slot>; refloop's plain tables have none). The statistics count a partitioned table's rows in its
+// partitions alone, and pg_total_relation_size of a partitioned table is
+// zero. to_regclass, unlike a cast, makes a missing table NULL rather
+// than an error, so that the statement can name it.
 // pg_total_relation_size is NULL for a partition dropped meanwhile, which
-// the sum skips.
+// the sum skips; a generation's statistics outlive its truncation (its
+// inserts and deletes are cumulative).
 //
 // The rows delivered are the hot table's deletes (a row leaves it when it
 // is archived, or dead-lettered), not the archive's inserts: those are a
 // sum over partitions that come and go, and a partition dropped by
 // retention (-relay-env RELAY_ARCHIVE_RETENTION=…) would take its inserts
-// out of the sum.
+// out of the sum. Rows carried from one generation into another count as
+// deletes too; the relay carries only rows that wait (delayed, in
+// backoff), which a benchmark's rows do not.
 const queryTableStats = `
 WITH t AS (
     SELECT DISTINCT n.name, to_regclass(format('%I.%I', $1::text, n.name)) AS oid
-      FROM unnest(array_append($4::text[], $3::text)) AS n (name)
+      FROM unnest(array_append(array_append($4::text[], $3::text), $2::text)) AS n (name)
 ), leaves AS (
     SELECT t.name, p.relid
       FROM t
      CROSS JOIN LATERAL (SELECT tree.relid FROM pg_catalog.pg_partition_tree(t.oid) AS tree WHERE tree.isleaf
                          UNION ALL
-                         SELECT k.oid FROM pg_catalog.pg_class AS k WHERE k.oid = t.oid AND k.relkind = 'r') AS p
+                         SELECT k.oid FROM pg_catalog.pg_class AS k WHERE k.oid = t.oid AND k.relkind = 'r'
+                         UNION ALL
+                         SELECT i.inhrelid FROM pg_catalog.pg_inherits AS i
+                           JOIN pg_catalog.pg_class AS k ON k.oid = i.inhparent
+                          WHERE i.inhparent = t.oid AND k.relkind = 'r'
+                         UNION ALL
+                         SELECT s.oid FROM pg_catalog.pg_class AS s
+                          WHERE t.name = 'messages_all' AND s.relkind = 'r'
+                            AND s.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace AS n WHERE n.nspname = $1) AND s.relname ~ '^messages_g[0-9]+$'
+                            AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhrelid = s.oid)) AS p
+), hot AS (
+    SELECT coalesce(sum(s.n_dead_tup), 0)::bigint AS dead, coalesce(sum(s.n_live_tup), 0)::bigint AS live,
+           coalesce(sum(s.n_tup_ins), 0)::bigint AS ins, coalesce(sum(s.n_tup_del), 0)::bigint AS del
+      FROM leaves AS l JOIN pg_catalog.pg_stat_user_tables AS s ON s.relid = l.relid WHERE l.name = $2
 )
-SELECT h.n_dead_tup, h.n_live_tup, h.n_tup_ins, h.n_tup_del,
+SELECT h.dead, h.live, h.ins, h.del,
        (SELECT coalesce(sum(s.n_dead_tup), 0)::bigint
           FROM leaves AS l JOIN pg_catalog.pg_stat_user_tables AS s ON s.relid = l.relid WHERE l.name = $3),
        (SELECT coalesce(sum(pg_catalog.pg_total_relation_size(l.relid)), 0)::bigint
           FROM leaves AS l WHERE l.name = ANY ($4)),
-       (SELECT coalesce(array_agg(t.name ORDER BY t.name), '{}') FROM t WHERE t.oid IS NULL),
+       (SELECT coalesce(array_agg(t.name ORDER BY t.name), '{}') FROM t WHERE t.oid IS NULL AND t.name <> $2),
        (SELECT coalesce(max(greatest(age(backend_xmin), age(backend_xid))), 0)
           FROM pg_catalog.pg_stat_activity WHERE datname = current_database())
-  FROM pg_catalog.pg_stat_user_tables AS h
- WHERE h.schemaname = $1 AND h.relname = $2`
+  FROM hot AS h
+ WHERE EXISTS (SELECT FROM t WHERE t.name = $2 AND t.oid IS NOT NULL)`
 
 // tableStats reads c's table figures (queryTableStats) into cur: an
 // error wrapping pgx.ErrNoRows when its hot table does not exist yet,
 // and one naming them when its other tables do not all exist beside it,
-// rather than figures silently short of them.
+// rather than figures silently short of them. A relay's schema from
+// before the hot table's generations has messages alone: once a relay
+// registered in it (its migrations done) without messages_all, c names
+// messages instead from then on.
 func tableStats(ctx context.Context, c *contender, cur *counters) error {
 	var missing []string
 	err := c.stats.QueryRow(ctx, queryTableStats, c.hotSchema, c.hot, c.archived, c.tables).
 		Scan(&cur.dead, &cur.live, &cur.hotIns, &cur.hotDel, &cur.archDead, &cur.diskBytes, &missing, &cur.xminAge)
+	if errors.Is(err, pgx.ErrNoRows) && c.hot == "messages_all" {
+		old := slices.Clone(c.tables)
+		for i, t := range old {
+			if t == "messages_all" {
+				old[i] = "messages"
+			}
+		}
+		// Only once a relay registered: its migrations are done, so a
+		// schema between versions 23 and 24 is not mistaken for an old one.
+		var registered bool
+		if c.stats.QueryRow(ctx, "SELECT to_regclass(format('%I.relays', $1::text)) IS NOT NULL AND to_regclass(format('%I.messages', $1::text)) IS NOT NULL",
+			c.hotSchema).Scan(&registered) == nil && registered &&
+			c.stats.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT FROM %s)", pgx.Identifier{c.hotSchema, "relays"}.Sanitize())).Scan(&registered) == nil && registered {
+			c.hot, c.tables = "messages", old
+			return tableStats(ctx, c, cur)
+		}
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("no table %s.%s: %w", c.hotSchema, c.hot, err)

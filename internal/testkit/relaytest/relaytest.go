@@ -134,5 +134,5 @@ func Budget(n int) time.Duration {
 // WaitDrained waits for db's hot table to empty.
 func WaitDrained(t testing.TB, db *dbtest.Schema, timeout time.Duration) {
 	t.Helper()
-	waitfor.Condition(t, timeout, "the hot table to empty", func() bool { return db.Count(t, "messages") == 0 })
+	waitfor.Condition(t, timeout, "the hot table to empty", func() bool { return db.Count(t, "messages_all") == 0 })
 }

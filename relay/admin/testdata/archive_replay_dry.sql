@@ -14,7 +14,7 @@ WITH matched AS (
       FROM matched
      ORDER BY idempotency_key, delivered_at DESC, id DESC
 ), judged AS (
-    SELECT l.*, EXISTS (SELECT 1 FROM "outbox".messages AS m WHERE m.idempotency_key = l.idempotency_key) AS pending
+    SELECT l.*, EXISTS (SELECT 1 FROM "outbox".messages_all AS m WHERE m.idempotency_key = l.idempotency_key) AS pending
       FROM latest AS l
 )
 SELECT (SELECT count(*) FROM matched) AS matched,

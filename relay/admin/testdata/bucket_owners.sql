@@ -6,7 +6,7 @@ WITH owners AS (
     SELECT "outbox".messages_bucket(key, id) AS bucket,
            count(*) FILTER (WHERE available_at <= now() AND (leased_until IS NULL OR leased_until <= now())) AS due,
            count(*) FILTER (WHERE leased_until > now()) AS in_flight
-      FROM "outbox".messages
+      FROM "outbox".messages_all
      GROUP BY 1
 )
 SELECT o.owner AS relay_id, array_agg(o.bucket ORDER BY o.bucket) AS buckets, max(o.epoch) AS epoch,

@@ -16,7 +16,7 @@ WITH picked AS (
     SELECT p.id, p.idempotency_key,
            CASE
                WHEN EXISTS (SELECT 1 FROM "outbox".delivered_keys AS k WHERE k.idempotency_key = p.idempotency_key) THEN 'delivered'
-               WHEN EXISTS (SELECT 1 FROM "outbox".messages AS m WHERE m.idempotency_key = p.idempotency_key) THEN 'pending'
+               WHEN EXISTS (SELECT 1 FROM "outbox".messages_all AS m WHERE m.idempotency_key = p.idempotency_key) THEN 'pending'
                WHEN row_number() OVER (PARTITION BY p.idempotency_key ORDER BY p.id DESC) > 1 THEN 'pending'
                ELSE 'retry'
            END AS verdict

@@ -8,7 +8,7 @@ SELECT r.* FROM (
             k.topic, k.idempotency_key, coalesce(k.destination, '') AS destination, k.attempts, k.created_at,
             k.available_at AS at, coalesce(k.last_error, '') AS error, '' AS reason, coalesce(k.leased_by, '') AS leased_by,
             octet_length(k.payload) AS payload_bytes
-       FROM "outbox".messages AS k
+       FROM "outbox".messages_all AS k
       WHERE k.key IS NOT NULL
         AND (k.key, k.id) >= (@key::text, -9223372036854775808) AND (k.key, k.id) <= (@key::text, 9223372036854775807)
       ORDER BY k.key DESC, k.id DESC

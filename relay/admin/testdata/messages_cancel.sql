@@ -1,12 +1,12 @@
 WITH matched AS (
     SELECT count(*) AS n
-  FROM "outbox".messages AS m
+  FROM "outbox".messages_all AS m
  WHERE (@key::text IS NULL OR m.key = @key)
    AND (@topic::text IS NULL OR m.topic = @topic)
    AND (@topic_pattern::text IS NULL OR m.topic LIKE @topic_pattern)
 ), picked AS (
     SELECT m.id
-  FROM "outbox".messages AS m
+  FROM "outbox".messages_all AS m
  WHERE (@key::text IS NULL OR m.key = @key)
    AND (@topic::text IS NULL OR m.topic = @topic)
    AND (@topic_pattern::text IS NULL OR m.topic LIKE @topic_pattern)
@@ -14,7 +14,7 @@ WITH matched AS (
      ORDER BY m.id
        FOR UPDATE SKIP LOCKED
 ), cancelled AS (
-    DELETE FROM "outbox".messages AS m
+    DELETE FROM "outbox".messages_all AS m
      USING picked
      WHERE m.id = picked.id
     RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,

@@ -14,6 +14,6 @@ SELECT coalesce(destination, @default_sink) AS destination,
                available_at > now() AND leased_by IS NULL AND attempts > 0 AS backoff,
                available_at > now() AND attempts = 0 AS delayed,
                @ordered AND key IS NOT NULL AND id <> min(id) OVER (PARTITION BY key) AND attempts = 0 AS waiting
-          FROM "outbox".messages) AS m
+          FROM "outbox".messages_all) AS m
  GROUP BY 1
  ORDER BY 1

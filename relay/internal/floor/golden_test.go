@@ -14,7 +14,7 @@ var update = flag.Bool("update", false, "rewrite the golden SQL files under test
 // rendered with: the relay's for a strategy whose claims may take any row
 // (oldestRow), so that testdata/refresh.sql and testdata/rescan.sql read
 // as the relay's shared floor statements do.
-const sampleOldest = `(SELECT available_at FROM {schema}.messages
+const sampleOldest = `(SELECT available_at FROM {schema}.messages_all
          WHERE available_at >= @start::timestamptz
          ORDER BY available_at
          LIMIT 1)`

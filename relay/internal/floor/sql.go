@@ -35,9 +35,10 @@ SELECT now(), pg_current_snapshot()::text,
        {oldest},
        ` + oldestID
 
-// oldestID is the oldest row at or above @start_id, through the primary
+// oldestID is the oldest row at or above @start_id, in every generation of
+// the hot table (messages_all, migration 24), through each one's primary
 // key: queryFloor's and queryFloorRescan's last column.
-const oldestID = `(SELECT id FROM {schema}.messages
+const oldestID = `(SELECT id FROM {schema}.messages_all
          WHERE id >= @start_id::bigint
          ORDER BY id
          LIMIT 1)`

@@ -100,13 +100,15 @@ type reading struct{ entries, buffers int64 }
 
 // queryStats reads the current transaction's statistics of the hot table
 // and its indexes: the index entries its scans read, dead ones included,
-// and the buffers they touched.
+// and the buffers they touched, summed over every generation's table
+// (message_generations, migration 24: the claims read them all, through
+// messages_all, which holds no row and has no index).
 const queryStats = `
 SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(i.indexrelid)), 0)::bigint,
-       (pg_stat_get_xact_blocks_fetched('{schema}.messages'::regclass)
+       (coalesce((SELECT sum(pg_stat_get_xact_blocks_fetched(g.relid)) FROM {schema}.message_generations AS g), 0)
         + coalesce(sum(pg_stat_get_xact_blocks_fetched(i.indexrelid)), 0))::bigint
   FROM pg_index AS i
- WHERE i.indrelid = '{schema}.messages'::regclass`
+ WHERE i.indrelid IN (SELECT g.relid FROM {schema}.message_generations AS g)`
 
 // Statement returns the statistics' reading for the schema quotedSchema.
 func Statement(quotedSchema string) string {

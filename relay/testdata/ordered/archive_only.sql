@@ -1,5 +1,5 @@
 WITH archived AS (
-    DELETE FROM "outbox".messages AS m
+    DELETE FROM "outbox".messages_all AS m
      USING unnest(@archive_ids::bigint[], @archive_seqs::int[], @archive_duplicate::bool[]) AS s(id, claim_seq, duplicate)
      WHERE m.id = ANY (@archive_ids::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,

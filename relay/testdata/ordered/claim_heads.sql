@@ -3,7 +3,7 @@ WITH patience AS MATERIALIZED (
 ), due AS MATERIALIZED (
     SELECT c.id, c.leased_by, c.available_at, CASE WHEN octet_length(c.payload) <= @payload_max::bigint THEN octet_length(c.payload) ELSE 0 END AS size, c.key,
            coalesce(c.destination, @default_sink) AS sink, c.last_error IS NULL AS fresh
-      FROM "outbox".messages AS c
+      FROM "outbox".messages_all AS c
      WHERE (SELECT lock_timeout FROM patience) IS NOT NULL
        AND c.key IS NOT NULL AND NOT c.waiting
        AND c.available_at <= now()
@@ -15,20 +15,20 @@ WITH patience AS MATERIALIZED (
        FOR NO KEY UPDATE SKIP LOCKED
 ), oldest AS MATERIALIZED (
     SELECT k.key,
-           (SELECT o.id FROM "outbox".messages AS o
+           (SELECT o.id FROM "outbox".messages_all AS o
              WHERE o.key IS NOT NULL AND (o.key, o.id) >= (k.key, (SELECT least(min(w.id), @id_floor::bigint)
                     FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
                    WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot()))) AND (o.key, o.id) <= (k.key, 9223372036854775807)
              ORDER BY o.key, o.id LIMIT 1) AS id
       FROM (SELECT DISTINCT key FROM due) AS k
 ), blockers AS MATERIALIZED (
-    SELECT b.id, b.leased_until, b.available_at, b.waiting FROM "outbox".messages AS b
+    SELECT b.id, b.leased_until, b.available_at, b.waiting FROM "outbox".messages_all AS b
      WHERE b.id = ANY (ARRAY(SELECT id FROM oldest WHERE id IS NOT NULL))
        FOR KEY SHARE SKIP LOCKED
 ), beyond AS MATERIALIZED (
     SELECT x.id, x.leased_by, x.available_at, CASE WHEN octet_length(x.payload) <= @payload_max::bigint THEN octet_length(x.payload) ELSE 0 END AS size, x.key,
            coalesce(x.destination, @default_sink) AS sink, x.last_error IS NULL AS fresh, x.waiting, x.leased_until
-      FROM "outbox".messages AS x
+      FROM "outbox".messages_all AS x
      WHERE x.id = ANY (ARRAY(
            SELECT b.id FROM blockers AS b
             WHERE NOT b.waiting AND b.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
@@ -52,13 +52,13 @@ WITH patience AS MATERIALIZED (
                   row_number() OVER (ORDER BY r.key, r.id) AS pos,
                   r.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
                   AND coalesce(r.destination, @default_sink) = h.sink AS ok
-             FROM "outbox".messages AS r
+             FROM "outbox".messages_all AS r
             WHERE r.key IS NOT NULL AND (r.key, r.id) > (h.key, h.id) AND (r.key, r.id) <= (h.key, 9223372036854775807)
             ORDER BY r.key, r.id
             LIMIT (SELECT ceil(@limit::float8 / greatest(count(*), 1))::bigint - 1 FROM heads)) AS f
 ), locked AS MATERIALIZED (
     SELECT l.id, l.leased_by, l.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours') AS ok
-      FROM "outbox".messages AS l
+      FROM "outbox".messages_all AS l
      WHERE l.id = ANY (ARRAY(SELECT id FROM followers WHERE unbroken))
        FOR NO KEY UPDATE SKIP LOCKED
 ), runs AS MATERIALIZED (
@@ -85,20 +85,23 @@ WITH patience AS MATERIALIZED (
           FROM runs
         WINDOW w AS (ORDER BY pos, head_at, head)) AS s
      WHERE n <= @limit AND (upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool))
+), blocked AS MATERIALIZED (
+    SELECT o.key, b.id
+      FROM oldest AS o
+      JOIN blockers AS b ON b.id = o.id
+     WHERE b.id <> ALL (ARRAY(SELECT id FROM due))
+       AND b.id <> ALL (ARRAY(SELECT id FROM heads))
+       AND NOT coalesce(b.leased_until > now() + @lease::interval - @mark_after::interval
+                        AND b.leased_until <= now() + @lease::interval, false)
 ), marked AS (
-    UPDATE "outbox".messages AS m
+    UPDATE "outbox".messages_all AS m
        SET waiting = true
      WHERE m.id = ANY (ARRAY(
            SELECT d.id FROM due AS d
-             JOIN oldest AS o ON o.key = d.key
-             JOIN blockers AS b ON b.id = o.id
-            WHERE d.id > b.id
-              AND b.id <> ALL (ARRAY(SELECT id FROM due))
-              AND b.id <> ALL (ARRAY(SELECT id FROM heads))
-              AND NOT coalesce(b.leased_until > now() + @lease::interval - @mark_after::interval
-                               AND b.leased_until <= now() + @lease::interval, false)))
+             JOIN blocked AS x ON x.key = d.key
+            WHERE d.id > x.id))
 ), leased AS (
-    UPDATE "outbox".messages AS m
+    UPDATE "outbox".messages_all AS m
        SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
            claim_seq = CASE WHEN m.claim_seq >= 2147483646 OR m.claim_seq < 0 THEN 1 ELSE m.claim_seq + 1 END,
            leased_by = @relay_id,

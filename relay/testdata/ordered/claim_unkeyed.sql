@@ -1,6 +1,6 @@
 WITH due AS MATERIALIZED (
     SELECT id, leased_by, available_at, CASE WHEN octet_length(c.payload) <= @payload_max::bigint THEN octet_length(c.payload) ELSE 0 END AS size
-      FROM "outbox".messages AS c
+      FROM "outbox".messages_all AS c
      WHERE available_at <= now()
        AND available_at >= @floor::timestamptz
        AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
@@ -17,7 +17,7 @@ WITH due AS MATERIALIZED (
           FROM due) AS s
      WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
 ), leased AS (
-    UPDATE "outbox".messages AS m
+    UPDATE "outbox".messages_all AS m
        SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
            claim_seq = CASE WHEN m.claim_seq >= 2147483646 OR m.claim_seq < 0 THEN 1 ELSE m.claim_seq + 1 END,
            leased_by = @relay_id,

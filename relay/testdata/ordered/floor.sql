@@ -5,15 +5,15 @@ SELECT now(), pg_current_snapshot()::text,
           FROM pg_sequence AS s
          WHERE s.seqrelid = '"outbox".messages_id_seq'::regclass),
        least(
-           (SELECT available_at FROM "outbox".messages
+           (SELECT available_at FROM "outbox".messages_all
              WHERE key IS NOT NULL AND NOT waiting AND available_at >= @start::timestamptz
              ORDER BY available_at
              LIMIT 1),
-           (SELECT available_at FROM "outbox".messages
+           (SELECT available_at FROM "outbox".messages_all
              WHERE key IS NULL AND available_at >= @start::timestamptz
              ORDER BY available_at
              LIMIT 1)),
-       (SELECT id FROM "outbox".messages
+       (SELECT id FROM "outbox".messages_all
          WHERE id >= @start_id::bigint
          ORDER BY id
          LIMIT 1)

@@ -1,5 +1,5 @@
 WITH archived AS (
-    DELETE FROM "outbox".messages AS m
+    DELETE FROM "outbox".messages_all AS m
      USING unnest(@archive_ids::bigint[], @archive_seqs::int[], @archive_duplicate::bool[]) AS s(id, claim_seq, duplicate)
      WHERE m.id = ANY (@archive_ids::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
@@ -14,7 +14,7 @@ WITH archived AS (
     INSERT INTO "outbox".delivered_keys (idempotency_key, delivered_at)
     SELECT idempotency_key, now() FROM archived WHERE dedup AND NOT duplicate
 ), requeued AS (
-    UPDATE "outbox".messages AS m
+    UPDATE "outbox".messages_all AS m
        SET leased_by = NULL,
            leased_until = NULL,
            available_at = now() + r.delay_us * interval '1 microsecond',
@@ -26,7 +26,7 @@ WITH archived AS (
      WHERE m.id = ANY (@requeue_ids::bigint[]) AND m.id = r.id AND m.claim_seq = r.claim_seq
  RETURNING m.id, m.key, m.available_at
 ), dead AS (
-    DELETE FROM "outbox".messages AS m
+    DELETE FROM "outbox".messages_all AS m
      USING unnest(@dead_ids::bigint[], @dead_seqs::int[], @dead_reasons::text[], @dead_errors::text[]) AS d(id, claim_seq, reason, error)
      WHERE m.id = ANY (@dead_ids::bigint[]) AND m.id = d.id AND m.claim_seq = d.claim_seq
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,

@@ -4,7 +4,7 @@ WITH fence AS MATERIALIZED (
       JOIN "outbox".buckets AS b ON b.bucket = f.bucket AND b.epoch = f.epoch
      WHERE b.owner = @relay_id AND b.lease_until > clock_timestamp()
 ), archived AS (
-    DELETE FROM "outbox".messages AS m
+    DELETE FROM "outbox".messages_all AS m
      USING unnest(@archive_ids::bigint[], @archive_seqs::int[], @archive_duplicate::bool[]) AS s(id, claim_seq, duplicate)
      WHERE m.id = ANY (@archive_ids::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
        AND "outbox".messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM fence))

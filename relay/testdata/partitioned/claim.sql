@@ -8,7 +8,7 @@ WITH owned AS MATERIALIZED (
       FROM owned AS o
      CROSS JOIN LATERAL (
            SELECT m.id, m.leased_by, m.available_at, CASE WHEN octet_length(m.payload) <= @payload_max::bigint THEN octet_length(m.payload) ELSE 0 END AS size, m.key
-             FROM "outbox".messages AS m
+             FROM "outbox".messages_all AS m
             WHERE "outbox".messages_bucket(m.key, m.id) BETWEEN 0 AND 63
               AND ("outbox".messages_bucket(m.key, m.id), m.available_at) <= (o.bucket, now())
               AND ("outbox".messages_bucket(m.key, m.id), m.available_at) >= (o.bucket, @floor::timestamptz)
@@ -28,7 +28,7 @@ WITH owned AS MATERIALIZED (
 ), outside AS MATERIALIZED (
     SELECT k.key, k.ids, k.leased, k.newest,
            CASE WHEN p.id IS NULL OR p.ours
-                THEN (SELECT o.id FROM "outbox".messages AS o
+                THEN (SELECT o.id FROM "outbox".messages_all AS o
                        WHERE o.key IS NOT NULL AND (o.key, o.id) > (k.key, k.ids[1]) AND (o.key, o.id) <= (k.key, 9223372036854775807)
                          AND o.id <> ALL (k.ids)
                        ORDER BY o.key, o.id LIMIT 1)
@@ -38,7 +38,7 @@ WITH owned AS MATERIALIZED (
               FROM fits WHERE key IS NOT NULL GROUP BY key) AS k
       LEFT JOIN LATERAL (
            SELECT o.id, (o.leased_by = @relay_id AND o.leased_until > now() AND o.leased_until <= now() + interval '24 hours') IS TRUE AS ours
-             FROM "outbox".messages AS o
+             FROM "outbox".messages_all AS o
             WHERE o.key IS NOT NULL AND (o.key, o.id) < (k.key, k.ids[1]) AND (o.key, o.id) >= (k.key, (SELECT least(min(w.id), @id_floor::bigint)
                     FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
                    WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot())))
@@ -54,7 +54,7 @@ WITH owned AS MATERIALIZED (
     SELECT x.key, x.oldest FROM outside AS x
      WHERE x.oldest < x.newest
 ), leased AS (
-    UPDATE "outbox".messages AS m
+    UPDATE "outbox".messages_all AS m
        SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
            claim_seq = CASE WHEN m.claim_seq >= 2147483646 OR m.claim_seq < 0 THEN 1 ELSE m.claim_seq + 1 END,
            leased_by = @relay_id,
@@ -86,7 +86,7 @@ UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT CASE WHEN o.leased_until > now() THEN least(o.leased_until, now() + @lease::interval)
                     ELSE greatest(o.available_at, now()) END
-          FROM "outbox".messages AS o
+          FROM "outbox".messages_all AS o
          WHERE o.id = h.oldest),
        NULL, NULL, NULL, NULL, NULL, NULL, h.key, NULL
   FROM held AS h

@@ -4,7 +4,7 @@ WITH fence AS MATERIALIZED (
       JOIN "outbox".buckets AS b ON b.bucket = f.bucket AND b.epoch = f.epoch
      WHERE b.owner = @relay_id AND b.lease_until > clock_timestamp()
 ), archived AS (
-    DELETE FROM "outbox".messages AS m
+    DELETE FROM "outbox".messages_all AS m
      USING unnest(@archive_ids::bigint[], @archive_seqs::int[], @archive_duplicate::bool[]) AS s(id, claim_seq, duplicate)
      WHERE m.id = ANY (@archive_ids::bigint[]) AND m.id = s.id AND m.claim_seq = s.claim_seq
        AND "outbox".messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM fence))
@@ -20,7 +20,7 @@ WITH fence AS MATERIALIZED (
     INSERT INTO "outbox".delivered_keys (idempotency_key, delivered_at)
     SELECT idempotency_key, now() FROM archived WHERE dedup AND NOT duplicate
 ), requeued AS (
-    UPDATE "outbox".messages AS m
+    UPDATE "outbox".messages_all AS m
        SET leased_by = NULL,
            leased_until = NULL,
            available_at = now() + r.delay_us * interval '1 microsecond',
@@ -33,7 +33,7 @@ WITH fence AS MATERIALIZED (
        AND "outbox".messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM fence))
  RETURNING m.id, m.key, m.available_at
 ), dead AS (
-    DELETE FROM "outbox".messages AS m
+    DELETE FROM "outbox".messages_all AS m
      USING unnest(@dead_ids::bigint[], @dead_seqs::int[], @dead_reasons::text[], @dead_errors::text[]) AS d(id, claim_seq, reason, error)
      WHERE m.id = ANY (@dead_ids::bigint[]) AND m.id = d.id AND m.claim_seq = d.claim_seq
        AND "outbox".messages_bucket(m.key, m.id) = ANY (ARRAY(SELECT bucket FROM fence))

@@ -1,1 +1,1 @@
-SET LOCAL lock_timeout = '10s'; LOCK TABLE "outbox".messages IN SHARE MODE
+SET LOCAL lock_timeout = '10s'; LOCK TABLE "outbox".messages_all IN SHARE MODE

@@ -4,11 +4,11 @@ SELECT now(), pg_current_snapshot()::text,
        (SELECT s.seqcache = 1 AND NOT s.seqcycle AND s.seqincrement > 0
           FROM pg_sequence AS s
          WHERE s.seqrelid = '"outbox".messages_id_seq'::regclass),
-       (SELECT available_at FROM "outbox".messages
+       (SELECT available_at FROM "outbox".messages_all
          WHERE available_at >= @start::timestamptz
          ORDER BY available_at
          LIMIT 1),
-       (SELECT id FROM "outbox".messages
+       (SELECT id FROM "outbox".messages_all
          WHERE id >= @start_id::bigint
          ORDER BY id
          LIMIT 1)

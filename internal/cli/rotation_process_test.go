@@ -1,0 +1,198 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/webhooktest"
+)
+
+// TestProcess_TheHotTableRotatesUnderEveryGuarantee runs three relays of
+// the binary in each mode with RELAY_HOT_ROTATION=1s while keyed rows flow
+// in waves to a webhook that fails about one first attempt in ten, so that
+// generations rotate, drain and are emptied with rows in flight, in
+// backoff and delayed, and rows are carried forward. One relay is killed
+// with SIGKILL halfway and another joins. Every row is delivered and
+// archived once (per-key order in ordered and partitioned mode), delayed
+// rows not before their time, a producer's key inserted again after
+// delivery is archived as a duplicate, a row that always fails is
+// dead-lettered, rows cancelled by key while delayed are cancelled, and
+// the hot table's generations rotated and were emptied.
+func TestProcess_TheHotTableRotatesUnderEveryGuarantee(t *testing.T) {
+	t.Parallel()
+	modes := map[string]string{"unordered": "RELAY_MODE=unordered", "ordered": "RELAY_ORDERED=true", "partitioned": "RELAY_MODE=partitioned"}
+	for name, mode := range modes {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dbtest.Exclusive(t, "many relays, many events")
+			testRotationUnderGuarantees(t, name, mode)
+		})
+	}
+}
+
+func testRotationUnderGuarantees(t *testing.T, name, mode string) {
+	ctx := context.Background()
+	db := dbtest.New(t)
+	rcv := webhooktest.NewReceiver(t)
+	rcv.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
+		id := r.Header.Get("webhook-id")
+		if id == "poison" {
+			w.WriteHeader(http.StatusInternalServerError)
+			return http.StatusInternalServerError
+		}
+		h := fnv.New32a()
+		h.Write([]byte(id))
+		if rcv.Arrived(id) == 1 && h.Sum32()%10 == 0 {
+			w.WriteHeader(http.StatusInternalServerError)
+			return http.StatusInternalServerError
+		}
+		return 0
+	})
+	env := []string{"DATABASE_URL=" + db.URL, "RELAY_SCHEMA=" + db.Name, "WEBHOOK_URL=" + rcv.URL, "WEBHOOK_SECRET=" + rcv.Secret,
+		mode, "RELAY_HOT_ROTATION=1s", "RELAY_LEASE=5s", "WEBHOOK_TIMEOUT=1500ms",
+		"RELAY_BACKOFF_MIN=200ms", "RELAY_BACKOFF_MAX=1s", "RELAY_MAX_ATTEMPTS=4"}
+	relays := []*process{startProcess(t, env...), startProcess(t, env...), startProcess(t, env...)}
+
+	// Delayed rows, a row that always fails, and rows to cancel while
+	// they wait: each outlives several generations.
+	var delayedAt time.Time
+	if err := db.Pool.QueryRow(ctx, "SELECT now() + interval '4 seconds'").Scan(&delayedAt); err != nil {
+		t.Fatal(err)
+	}
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key, idempotency_key, available_at)
+	            SELECT 'events.delayed', convert_to(json_build_object('key', 'delayed', 'seq', i)::text, 'UTF8'),
+	                   'delayed', 'delayed-' || i, $1
+	              FROM generate_series(1, 20) AS i`, delayedAt)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key, idempotency_key) VALUES ('events.poison', 'x', 'poison', 'poison')`)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key, idempotency_key, available_at)
+	            SELECT 'events.cancel', 'x', 'cancel-me', 'cancel-' || i, now() + interval '1 hour' FROM generate_series(1, 5) AS i`)
+
+	const keys, perKey, waves = 200, 40, 8
+	for w := range waves {
+		db.Exec(t, `
+INSERT INTO %s.messages (topic, payload, key, idempotency_key)
+SELECT 'events.ordered', convert_to(json_build_object('key', 'k' || k, 'seq', s)::text, 'UTF8'), 'k' || k, 'k' || k || '-' || s
+  FROM generate_series($1::int, $2::int) AS s, generate_series(1, $3::int) AS k
+ ORDER BY s, k`, w*perKey/waves+1, (w+1)*perKey/waves, keys)
+		if w == waves/2 {
+			if err := relays[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			relays[0].wait(10 * time.Second)
+			relays[0] = startProcess(t, env...)
+		}
+		time.Sleep(time.Second)
+	}
+	// The delayed rows to cancel were inserted into slot 1's table; with
+	// generation 4 current, slot 1 was emptied at least once (a rotation
+	// needs a spare), so they were carried, and are still pending.
+	var generation int64
+	if err := db.Pool.QueryRow(ctx, "SELECT max(generation) FROM "+db.Table("message_generations")).Scan(&generation); err != nil {
+		t.Fatal(err)
+	}
+	if generation < 4 {
+		t.Errorf("the hot table reached generation %d in %d s of inserts, want at least 4", generation, waves)
+	}
+	if n := db.CountWhere(t, "messages_all", "key = 'cancel-me'"); n != 5 {
+		t.Errorf("%d of the 5 rows delayed by an hour are pending after generation %d", n, generation)
+	}
+	// Cancelled while they wait in whatever generation holds them now.
+	cancel := startCommand(t, []string{"cancel", "--key", "cancel-me"}, "DATABASE_URL="+db.URL, "RELAY_SCHEMA="+db.Name)
+	if code := cancel.wait(30 * time.Second); code != 0 {
+		t.Fatalf("cancel --key cancel-me exited %d", code)
+	}
+	relaytest.WaitDrained(t, db, relaytest.Budget(keys*perKey))
+	// A producer's key inserted again after its delivery.
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key, idempotency_key) VALUES ('events.ordered', 'again', 'k1', 'k1-1')`)
+	waitfor.Condition(t, 30*time.Second, "k1-1 archived again, as a duplicate", func() bool {
+		return db.CountWhere(t, "archive", "idempotency_key = 'k1-1' AND duplicate") == 1
+	})
+	relaytest.WaitDrained(t, db, 30*time.Second)
+
+	// Every row archived once; the destination accepted each.
+	const n = keys*perKey + 20
+	var rows, ids int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT id) FROM "+db.Table("archive")+" WHERE NOT duplicate").Scan(&rows, &ids); err != nil {
+		t.Fatal(err)
+	}
+	if rows != n || ids != n {
+		t.Errorf("the archive holds %d rows of %d ids, want %d, one per id", rows, ids, n)
+	}
+	accepted := map[string]bool{}
+	var events []orderedEvent
+	for _, req := range rcv.Requests() {
+		if req.Status < 200 || req.Status > 299 || req.ID() == "poison" {
+			continue
+		}
+		accepted[req.ID()] = true
+		var e orderedEvent
+		if err := json.Unmarshal(req.Body, &e); err != nil {
+			t.Fatalf("payload %q: %v", req.Body, err)
+		}
+		if e.Key != "delayed" {
+			events = append(events, e)
+		}
+	}
+	for key := range relaytest.Archive(t, db, "NOT duplicate") {
+		if !accepted[key] {
+			t.Errorf("event %s was archived but the destination never accepted it", key)
+		}
+	}
+	if name != "unordered" {
+		assertInOrder(t, events, keys, perKey)
+	}
+	for i := 1; i <= 20; i++ {
+		id := fmt.Sprintf("delayed-%d", i)
+		if at := rcv.Attempts(id); len(at) == 0 || at[0].Before(delayedAt.Add(-50*time.Millisecond)) {
+			t.Errorf("delayed row %s first sent at %v, before its time %v", id, at, delayedAt)
+		}
+	}
+	if n := db.CountWhere(t, "dead_letters", "idempotency_key = 'poison' AND reason = 'exhausted'"); n != 1 {
+		t.Errorf("the row that always fails is not dead-lettered (%d)", n)
+	}
+	if n := db.CountWhere(t, "dead_letters", "key = 'cancel-me' AND reason = 'cancelled'"); n != 5 {
+		t.Errorf("%d of the 5 delayed rows cancelled by key are dead letters", n)
+	}
+
+	// The relays count what they did (a killed relay's counts are gone:
+	// some of it, not all of it, is in the survivors').
+	var rotations, emptied float64
+	counter := func(m, name string) float64 {
+		f := regexp.MustCompile(`(?m)^outbox_relay_` + name + `(?:\{[^}]*\})? (\S+)$`).FindStringSubmatch(m)
+		if f == nil {
+			return 0
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		return v
+	}
+	for _, p := range relays {
+		m := p.metrics()
+		rotations += counter(m, "hot_rotations_total")
+		emptied += counter(m, "hot_generations_emptied_total")
+		if !strings.Contains(m, "outbox_relay_hot_generations{") {
+			t.Errorf("a relay does not export hot_generations")
+		}
+		for _, line := range p.log() {
+			// A waiting row carried from under its key's settle would be
+			// found by ordered mode's repair a minute later.
+			if strings.Contains(line, "made rows claimable that waited behind no older row") {
+				t.Errorf("a relay logged: %s", line)
+			}
+		}
+	}
+	if rotations == 0 || emptied == 0 {
+		t.Errorf("the running relays rotated %v times and emptied %v generations, want some of each", rotations, emptied)
+	}
+}

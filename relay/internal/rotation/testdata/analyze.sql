@@ -1,0 +1,1 @@
+SELECT "outbox".messages_analyze(@min_rows::bigint)
