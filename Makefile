@@ -110,7 +110,7 @@ bench-processes: build
 # pinned / unpinned ratios, the tables' disk at the end among them. Smoke
 # run: make bench-pin-horizon DURATION=2m PIN_AFTER=20s EVERY=20s
 # PIN_HOW=xid.
-# PINFLAGS passes more (-pg-url URL, -json FILE, -refloop-unpinned,
+# PINFLAGS passes more (-pg-url URL, -json FILE, -refloop-unpinned, -pin-for 20m,
 # -relay-env RELAY_ARCHIVE_RETENTION=5m, repeatable).
 DURATION ?= 10m
 EVERY ?= 1m

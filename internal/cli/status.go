@@ -259,6 +259,16 @@ func printStatus(w io.Writer, o outboxRef, st *admin.StatusReport) {
 			break
 		}
 	}
+	if len(st.Generations) > 0 {
+		fmt.Fprintln(w)
+		tw = newTable(w)
+		fmt.Fprintln(tw, "GENERATION\tSTATE\tTABLE\tSINCE\tLIVE TUPLES\tDEAD TUPLES\tSIZE")
+		for _, g := range st.Generations {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\n", g.Generation, g.State, g.Table, relTime(&g.Since, st.At),
+				g.LiveRows, g.DeadRows, formatBytes(g.TotalBytes))
+		}
+		tw.Flush()
+	}
 	printHorizon(w, st)
 }
 

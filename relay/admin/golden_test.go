@@ -29,6 +29,7 @@ func goldenStatements() map[string]string {
 		"dead_letters_by_reason":    q.deadLettersByReason,
 		"dead_letters_summary":      q.deadLettersSummary,
 		"tables_status":             q.tablesStatus,
+		"generations":               q.generations,
 		"archive_count_exact":       q.archiveCountExact,
 		"dead_letters_groups":       q.deadLettersGroups,
 		"dead_letter_detail":        q.deadLetterDetail,

@@ -190,6 +190,14 @@ SELECT GROUPING(reason) = 0 AS by_reason, coalesce(reason, error) AS value, coun
 // migration 24: the hot table rotates, and the tables named messages_g<slot>
 // hold rows too); the vacuums are the latest of any partition. n_live_tup
 // is the statistics system's running estimate of the row count.
+// queryGenerations lists the hot table's generations (migration 24,
+// relay/internal/rotation): slot, turn, state, table, since when, whether
+// messages_all reads it, and its rows (the statistics' estimates) and
+// bytes.
+const queryGenerations = `
+SELECT slot, generation, state, table_name, since, attached, live_rows, dead_rows, total_bytes
+  FROM {schema}.messages_generations()`
+
 const queryTablesStatus = `
 SELECT t.name AS "table", sum(pg_total_relation_size(p.relid))::bigint AS total_bytes,
        coalesce(sum(s.n_live_tup), 0)::bigint AS live_tuples, coalesce(sum(s.n_dead_tup), 0)::bigint AS dead_tuples,
@@ -579,7 +587,7 @@ type queries struct {
 	relayMode, messagesStatus, backoffByError, deliveredPerMinute string
 	relaysStatus, blockedKeys, messagesLeases, bucketOwners       string
 	deadLettersByReason, deadLettersSummary                       string
-	tablesStatus, archiveCountExact                               string
+	tablesStatus, archiveCountExact, generations                  string
 
 	deadLettersGroups, deadLetterDetail, keyHistory string
 
@@ -608,6 +616,7 @@ func renderQueries(schema string) queries {
 		deadLettersSummary:     f(queryDeadLettersSummary),
 		tablesStatus:           f(queryTablesStatus),
 		archiveCountExact:      f(queryArchiveCountExact),
+		generations:            f(queryGenerations),
 		deadLettersGroups:      f(queryDeadLettersGroups),
 		deadLetterDetail:       f(queryDeadLetterDetail),
 		keyHistory:             f(queryKeyHistory),

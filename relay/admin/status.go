@@ -84,6 +84,9 @@ type StatusReport struct {
 	// Tables holds the size and vacuum statistics of messages, archive,
 	// delivered_keys and dead_letters, in that order.
 	Tables []TableStatus `json:"tables"`
+	// Generations lists the hot table's generations by slot: messages is
+	// the current one (operations.md, Hot table generations).
+	Generations []GenerationStatus `json:"generations"`
 	// Horizon says what holds back vacuum in the database.
 	Horizon HorizonStatus `json:"horizon"`
 }
@@ -275,6 +278,22 @@ type TableStatus struct {
 	LastAutovacuum *time.Time `json:"last_autovacuum,omitempty" db:"last_autovacuum"`
 }
 
+// GenerationStatus describes one generation of the hot table.
+type GenerationStatus struct {
+	Slot       int    `json:"slot" db:"slot"`
+	Generation int64  `json:"generation" db:"generation"`
+	State      string `json:"state" db:"state"` // current, draining or spare
+	Table      string `json:"table" db:"table_name"`
+	// Since is when the slot took its state.
+	Since time.Time `json:"since" db:"since"`
+	// Attached is whether messages_all reads it (an empty spare is not).
+	Attached bool `json:"attached" db:"attached"`
+	// LiveRows and DeadRows are the statistics' estimates.
+	LiveRows   int64 `json:"live_rows" db:"live_rows"`
+	DeadRows   int64 `json:"dead_rows" db:"dead_rows"`
+	TotalBytes int64 `json:"total_bytes" db:"total_bytes"`
+}
+
 // Total returns the sum over every destination; its Destination is empty.
 func (s *StatusReport) Total() DestinationStatus {
 	var t DestinationStatus
@@ -368,7 +387,7 @@ func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, 
 	if opts.BlockedKeys <= 0 {
 		opts.BlockedKeys = BlockedKeysDefault
 	}
-	st := &StatusReport{Destinations: []DestinationStatus{}, Leases: []LeaseStatus{}, Tables: []TableStatus{},
+	st := &StatusReport{Destinations: []DestinationStatus{}, Leases: []LeaseStatus{}, Tables: []TableStatus{}, Generations: []GenerationStatus{},
 		Relays: []RelayStatus{}, BlockedKeys: []BlockedKey{}, Buckets: []BucketOwner{}, BackoffByError: []BackoffGroup{}, DeliveredPerMinute: []MinuteCount{},
 		DeadLetters: DeadLetterStatus{ByReason: []CountSince{}, TopErrors: []CountSince{}}}
 	var holders horizon.Oldest
@@ -397,6 +416,7 @@ func (a *Admin) Status(ctx context.Context, opts StatusOptions) (*StatusReport, 
 		collect(b, &st.Leases, "leases", a.q.messagesLeases)
 		collect(b, &deadSummary, "dead letters by reason and error", a.q.deadLettersSummary)
 		collect(b, &st.Tables, "table statistics", a.q.tablesStatus, pgx.StrictNamedArgs{"schema_name": a.schema})
+		collect(b, &st.Generations, "the hot table's generations", a.q.generations)
 		horizon.QueueOldest(b, horizonHoldersListed, &holders)
 		if opts.ExactCounts {
 			b.Queue(a.q.archiveCountExact).Query(func(rows pgx.Rows) error {

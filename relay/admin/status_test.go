@@ -77,6 +77,13 @@ INSERT INTO %s.messages (topic, payload, destination, available_at, attempts, le
 		}
 	}
 
+	// The hot table's generations: slot 1 (the table before migration 24)
+	// current, two empty spares outside messages_all.
+	if g := st.Generations; len(g) != 3 || g[0].State != "current" || g[0].Table != "messages" || !g[0].Attached ||
+		g[1].State != "spare" || g[1].Attached || g[2].Table != "messages_g3" || g[0].TotalBytes <= 0 {
+		t.Errorf("generations = %+v, want slot 1 current as messages, two spares taken out of messages_all", g)
+	}
+
 	// Without ExactCounts the archive and delivered_keys are estimated.
 	st, err = ops(t, db).Status(ctx, admin.StatusOptions{TopErrors: 1})
 	if err != nil {
