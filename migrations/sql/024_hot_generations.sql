@@ -401,6 +401,10 @@ BEGIN
              WHERE d.id = ANY (ARRAY(
                    SELECT r.id FROM %1$s AS r
                     WHERE %3$s
+                      -- Each generation has its own unique idempotency keys: a row
+                      -- whose key the target holds (a producer's duplicate of a row
+                      -- still pending there) waits here until one of them goes.
+                      AND NOT EXISTS (SELECT FROM %2$s AS x WHERE x.idempotency_key = r.idempotency_key)
                     ORDER BY r.id
                     LIMIT $1
                       FOR UPDATE SKIP LOCKED))

@@ -2,6 +2,7 @@ package rotation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -173,14 +174,17 @@ func (r *Rotator) Round(ctx context.Context) {
 
 // round runs the steps of a round.
 func (r *Rotator) round(ctx context.Context) error {
-	if err := r.carry(ctx); err != nil {
-		return err
-	}
+	// A step that fails does not hold the others up: a carry that fails
+	// still lets a drained generation be emptied and the hot table rotate.
+	carryErr := r.carry(ctx)
 	if err := r.empty(ctx); err != nil {
-		return err
+		return errors.Join(carryErr, err)
 	}
 	if err := r.rotate(ctx); err != nil {
-		return err
+		return errors.Join(carryErr, err)
+	}
+	if carryErr != nil {
+		return carryErr
 	}
 	if _, err := r.cfg.DB.Exec(ctx, r.cfg.Statements.Analyze, pgx.StrictNamedArgs{"min_rows": analyzeAfter}); err != nil {
 		return fmt.Errorf("analyze the current generation: %w", err)

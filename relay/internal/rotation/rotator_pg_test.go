@@ -313,3 +313,37 @@ func TestEmpty_ASnapshotTakenBeforeSeesTheGenerationEmpty(t *testing.T) {
 		t.Fatalf("the snapshot sees %d rows, want none: its generation was truncated", n)
 	}
 }
+
+// TestCarry_LeavesAProducersDuplicateKeyBehind: a producer inserts a key
+// again while its first row is still pending in an older generation
+// (each generation has its own unique keys); carrying the second where the
+// first is would fail. The round carries the other rows, leaves that one
+// where it is, and the hot table keeps rotating.
+func TestCarry_LeavesAProducersDuplicateKeyBehind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	var logs bytes.Buffer
+	r := rotatorOf(db, Hooks{}, slog.New(slog.NewTextHandler(&logs, nil)))
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, available_at) VALUES ('t', 'first', 'K', now() + interval '1 hour')`)
+	time.Sleep(2 * time.Millisecond)
+	r.Round(ctx) // generation 2; K's first row drains in slot 1, then is carried into slot 3
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key, available_at) VALUES
+	            ('t', 'again', 'K', now() + interval '1 hour'), ('t', 'other', 'L', now() + interval '1 hour')`)
+	time.Sleep(2 * time.Millisecond)
+	r.Round(ctx) // generation 3 on slot 3, which holds K's first row; slot 2 drains
+	for range 3 {
+		time.Sleep(2 * time.Millisecond)
+		r.Round(ctx)
+	}
+	if strings.Contains(logs.String(), "duplicate key") || strings.Contains(logs.String(), "level=WARN") {
+		t.Fatalf("rounds failed:\n%s", logs.String())
+	}
+	if n := db.Count(t, "messages_all"); n != 3 {
+		t.Fatalf("%d rows pending, want the 3", n)
+	}
+	var keys int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(DISTINCT tableoid) FROM "+db.Table("messages_all")+" WHERE idempotency_key = 'K'").Scan(&keys); err != nil || keys != 2 {
+		t.Fatalf("K's two rows are in %d tables (%v), want two: the duplicate left behind", keys, err)
+	}
+}
