@@ -109,7 +109,9 @@ bench-processes: build
 # archive's dead tuples (summed over partitions) every EVERY, then the
 # pinned / unpinned ratios, the tables' disk at the end among them. Smoke
 # run: make bench-pin-horizon DURATION=2m PIN_AFTER=20s EVERY=20s
-# PIN_HOW=xid.
+# PIN_HOW=xid. An idle xid holds the horizon of every database of its
+# server: with PIN_HOW=xid the unpinned contenders run on a second server of
+# the benchmark's own (-server-each).
 # PINFLAGS passes more (-pg-url URL, -json FILE, -refloop-unpinned, -pin-for 20m,
 # -relay-env RELAY_ARCHIVE_RETENTION=5m, repeatable).
 DURATION ?= 10m

@@ -79,6 +79,11 @@ func (a *Admin) Cancel(ctx context.Context, opts CancelOptions) (CancelResult, e
 			res.DryRun = true
 			return nil
 		}
+		// No rotation carry moves a row between generations while the
+		// delete looks for it (queryRotationShared).
+		if _, err := tx.Exec(ctx, a.q.rotationShared); err != nil {
+			return fmt.Errorf("cancel rows: wait for the hot table's rotation: %w", err)
+		}
 		args := opts.args()
 		args["reason"], args["error"] = outbox.ReasonCancelled, CancelError
 		rows, _ := tx.Query(ctx, a.q.messagesCancel, args)

@@ -162,3 +162,60 @@ func TestCancel_LateSettleIsANoOp(t *testing.T) {
 			db.Count(t, "dead_letters"), db.Count(t, "archive"), db.Count(t, "delivered_keys"), db.Count(t, "messages_all"))
 	}
 }
+
+// TestCancel_WaitsForARotationsCarry cancels a key while the hot table's
+// rotation is carrying its delayed row from a draining generation's table
+// into another (migration 24), its transaction not committed yet: the
+// cancel waits for the carry and finds the row where it went, instead of
+// missing it in both tables and leaving it to be delivered.
+func TestCancel_WaitsForARotationsCarry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key, available_at) VALUES ('t', 'x', 'order-1', now() + interval '1 day')`)
+	if n := db.Exec(t, `SELECT FROM %s.messages_rotate(interval '0', interval '1 second') WHERE generation IS NOT NULL`); n != 1 {
+		t.Fatal("the current generation did not rotate")
+	}
+	// The spare is put back into messages_all in a call of its own.
+	var carried int
+	var attached bool
+	if err := db.Pool.QueryRow(ctx, `SELECT carried, attached FROM `+db.Table("messages_carry")+`(10, interval '1 second', interval '0')`).
+		Scan(&carried, &attached); err != nil || carried != 0 || !attached {
+		t.Fatalf("the first carry: %d carried, attached %v, %v; want the spare attached", carried, attached, err)
+	}
+	carry, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer carry.Rollback(ctx)
+	if err := carry.QueryRow(ctx, `SELECT carried FROM `+db.Table("messages_carry")+`(10, interval '1 second', interval '0')`).
+		Scan(&carried); err != nil || carried != 1 {
+		t.Fatalf("the carry: %d carried, %v; want the delayed row", carried, err)
+	}
+
+	done := make(chan admin.CancelResult, 1)
+	go func() {
+		res, err := ops(t, db).Cancel(ctx, admin.CancelOptions{Key: "order-1"})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		t.Fatalf("the cancel did not wait for the carry: %+v", res)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := carry.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-done; res.Cancelled != 1 {
+		t.Errorf("cancel: %+v, want the carried row cancelled", res)
+	}
+	if n := db.Count(t, "messages_all"); n != 0 {
+		t.Errorf("%d rows left in the hot table, want the cancelled row gone", n)
+	}
+	if n := db.CountWhere(t, "dead_letters", "reason = 'cancelled'"); n != 1 {
+		t.Errorf("%d cancelled dead letters, want 1", n)
+	}
+}

@@ -45,6 +45,7 @@ func goldenStatements() map[string]string {
 		"messages_cancel":           q.messagesCancel,
 		"messages_cancel_dry":       q.messagesCancelDry,
 		"keys_promote":              q.keysPromote,
+		"rotation_shared":           q.rotationShared,
 		"horizon_holders":           horizon.Statements()["horizon_holders"],
 		"horizon_read_all_stats":    horizon.Statements()["read_all_stats"],
 	}

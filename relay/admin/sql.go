@@ -555,6 +555,16 @@ WITH matched AS (
 SELECT (SELECT n FROM matched) AS matched, (SELECT count(*) FROM dead) AS cancelled,
        (SELECT coalesce(array_agg(DISTINCT key), '{}') FROM cancelled WHERE key IS NOT NULL) AS keys`
 
+// queryRotationShared waits for the hot table's rotation round to finish
+// its step, and keeps the next from starting, until the transaction ends
+// (a shared hold of the lock the rotation's functions take exclusively,
+// migration 24). Cancel takes it before its delete: a carry moves waiting
+// rows from one generation's table to another's in a transaction of its
+// own, and a delete that started before that transaction committed would
+// find the row gone from the old table and not see it in the new one.
+const queryRotationShared = `
+SELECT pg_advisory_xact_lock_shared(hashtext('outbox-relay rotation {schema}'))`
+
 // queryKeysPromote makes the oldest waiting row of each key in @keys a
 // candidate again (ordered mode): Cancel runs it after deleting rows, as a
 // statement of its own in a READ COMMITTED transaction, as the relay's
@@ -596,7 +606,7 @@ type queries struct {
 
 	archiveReplay, archiveReplayDry string
 
-	messagesCancel, messagesCancelDry, keysPromote string
+	messagesCancel, messagesCancelDry, keysPromote, rotationShared string
 }
 
 // renderQueries renders every statement for schema, which must be valid.
@@ -631,6 +641,7 @@ func renderQueries(schema string) queries {
 		messagesCancel:         f(queryMessagesCancel),
 		messagesCancelDry:      f(queryMessagesCancelDry),
 		keysPromote:            f(queryKeysPromote),
+		rotationShared:         f(queryRotationShared),
 	}
 }
 

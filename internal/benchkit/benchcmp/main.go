@@ -82,6 +82,7 @@ func main() {
 	pgURL := flag.String("pg-url", "", "-pin-horizon, -many-outboxes: an existing PostgreSQL server (with pg_stat_statements preloaded) instead of one of the benchmark's own")
 	pgBin := flag.String("pg-bin", "", "-pin-horizon, -many-outboxes: directory of initdb and pg_ctl (default: the newest /usr/lib/postgresql/*/bin, else PATH)")
 	pgPort := flag.Int("pg-port", 5499, "-pin-horizon, -many-outboxes: port of the benchmark's own server (a free one when taken)")
+	serverEach := flag.Bool("server-each", false, "-pin-horizon: run the unpinned contenders on a second server of the benchmark's own (on port -pg-port+1, or a free one), so that a pin holding every database of its server (-pin-how xid) holds only the pinned ones; the default with -pin-how xid and no -pg-url")
 	natsURL := flag.String("nats-url", "", "-pin-horizon, -many-outboxes: NATS server of the relays (default: a JetStream server in process for each)")
 	relayMode := flag.String("relay-mode", "", "-pin-horizon: the relays' RELAY_MODE (ordered, partitioned; default: the relay's default); the producers then give each row one of -keys keys")
 	keys := flag.Int("keys", 100, "-pin-horizon with -relay-mode, or a backlog (in process, -binary, -modes) when set: keys the rows are spread over (0: rows without a key); -modes then runs every mode on rows without a key and on these keyed rows")
@@ -133,7 +134,10 @@ func main() {
 			PGURL: *pgURL, PGBin: *pgBin, PGPort: *pgPort, NatsURL: *natsURL,
 			Duration: *duration, Every: *every, PinAfter: *pinAfter, PinFor: *pinFor, PinHow: *pinHow,
 			Rate: *rate, Producers: *producers, PayloadBytes: *payload, JSON: *jsonOut,
-			Mode: *relayMode, Keys: *keys, RelayEnv: relayEnv,
+			Mode: *relayMode, Keys: *keys, RelayEnv: relayEnv, ServerEach: *serverEach,
+		}
+		if !set["server-each"] && o.PinHow == pinHowXID && o.PGURL == "" {
+			o.ServerEach = true
 		}
 		if !set["binary"] {
 			o.Binary = "bin/outbox-relay"

@@ -56,6 +56,11 @@ type pinOptions struct {
 	PGURL  string
 	PGBin  string
 	PGPort int
+	// ServerEach runs the unpinned contenders on a second server of the
+	// benchmark's own (-server-each; the default with -pin-how xid): a
+	// transaction id held open holds the horizon of every database of its
+	// server, so on one server nothing would stay unpinned. Not with PGURL.
+	ServerEach bool
 	// NatsURL, when set, is the NATS server of the relays (each publishes
 	// to a stream of its own); otherwise each contender gets a JetStream
 	// server in process. Refloop always gets its own in-process server: its
@@ -124,6 +129,8 @@ func (o pinOptions) validate() error {
 		return fmt.Errorf("-pin-for %s: want 0 (to the end) or to end before -duration %s", o.PinFor, o.Duration)
 	case o.Rate <= 0 || o.Producers < 1 || o.PayloadBytes < 1:
 		return errors.New("-rate, -producers and -payload must be positive")
+	case o.ServerEach && o.PGURL != "":
+		return errors.New("-server-each starts two servers of the benchmark's own: leave -pg-url unset")
 	}
 	switch o.PinHow {
 	case "", pinHowSnapshot, pinHowXID, pinHowReaders:
@@ -149,12 +156,13 @@ type contender struct {
 	DB     string `json:"database"`
 
 	url                      string
-	hotSchema, hot, archived string   // the hot table and the archive
-	tables                   []string // those of hotSchema whose disk a sample sums (tableStats)
-	nats                     string   // its NATS server
-	prefix                   string   // the relay's NATS_SUBJECT_PREFIX
-	env                      []string // settings of its own (relayEnv)
-	metrics                  string   // the relay's /metrics
+	admin                    *pgxpool.Pool // its server's administration pool
+	hotSchema, hot, archived string        // the hot table and the archive
+	tables                   []string      // those of hotSchema whose disk a sample sums (tableStats)
+	nats                     string        // its NATS server
+	prefix                   string        // the relay's NATS_SUBJECT_PREFIX
+	env                      []string      // settings of its own (relayEnv)
+	metrics                  string        // the relay's /metrics
 	proc                     *exec.Cmd
 	startedAt                time.Time // just before its exec
 	exited                   chan error
@@ -246,6 +254,21 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 		return nil, err
 	}
 	defer stopServer()
+	// With ServerEach the unpinned contenders get a server of their own.
+	unpinnedURL, unpinnedAdmin := adminURL, admin
+	if o.ServerEach {
+		var stop func()
+		port := o.PGPort
+		if port != 0 {
+			port++
+		}
+		unpinnedURL, unpinnedAdmin, stop, err = openServer(ctx, "", o.PGBin, port, w, new(string))
+		if err != nil {
+			return nil, fmt.Errorf("the unpinned contenders' server (-server-each): %w", err)
+		}
+		defer stop()
+		fmt.Fprintln(w, "the unpinned contenders run on the second server (-server-each), the pinned ones on the first")
+	}
 
 	cs := []*contender{
 		{Name: "relay unpinned", Kind: "relay"},
@@ -267,7 +290,12 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 		}
 		slug := strings.ReplaceAll(c.Name, " ", "_")
 		c.DB = pinDBPrefix + slug
-		if c.url, err = databaseURL(adminURL, c.DB); err != nil {
+		base := adminURL
+		c.admin = admin
+		if !c.Pinned {
+			base, c.admin = unpinnedURL, unpinnedAdmin
+		}
+		if c.url, err = databaseURL(base, c.DB); err != nil {
 			return nil, err
 		}
 		c.hotSchema, c.hot, c.archived, c.tables = "outbox", "messages_all", "archive", slices.Clone(relayTables)
@@ -278,14 +306,18 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 		}
 		c.prefix = "pin." + slug + "."
 	}
-	dbs := make([]string, len(cs))
-	for i, c := range cs {
-		dbs[i] = c.DB
+	for _, server := range servers(cs) {
+		var dbs []string
+		for _, c := range cs {
+			if c.admin == server {
+				dbs = append(dbs, c.DB)
+			}
+		}
+		if err := createDatabases(ctx, server, dbs, pinMarker); err != nil {
+			return nil, err
+		}
+		defer dropDatabases(server, dbs)
 	}
-	if err := createDatabases(ctx, admin, dbs, pinMarker); err != nil {
-		return nil, err
-	}
-	defer dropDatabases(admin, dbs)
 
 	// NATS: a server per contender in process unless the relays have one.
 	storeRoot, err := os.MkdirTemp("", "outbox-pin-nats-")
@@ -351,7 +383,7 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 			go func() { produced <- produce(prodCtx, o, c) }()
 		}
 	}
-	if err := sampleAll(ctx, admin, cs, 0, false, nil); err != nil {
+	if err := sampleAll(ctx, cs, 0, false, nil); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(w, "%d contenders, %g rows/s each (%d producer connections, one row per transaction, %d-byte payloads), pin after %s, for %s; load %s\n",
@@ -395,7 +427,7 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 					defer end.Stop()
 					pinEnd = end.C
 				}
-				if o.PinHow == pinHowXID {
+				if o.PinHow == pinHowXID && !o.ServerEach {
 					fmt.Fprintln(w, "note: a running xid is in every snapshot the server takes, so the unpinned databases' snapshots hold it as their xmin too (pinXID)")
 				}
 			case <-pinEnd:
@@ -409,7 +441,7 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 				return nil, err
 			}
 		}
-		if err := sampleAll(ctx, admin, cs, time.Since(t0), pinned, w); err != nil {
+		if err := sampleAll(ctx, cs, time.Since(t0), pinned, w); err != nil {
 			return nil, err
 		}
 		if at >= o.Duration {
@@ -448,6 +480,17 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 	return rep, nil
 }
 
+// servers are the administration pools of cs's servers, each once.
+func servers(cs []*contender) []*pgxpool.Pool {
+	var out []*pgxpool.Pool
+	for _, c := range cs {
+		if !slices.Contains(out, c.admin) {
+			out = append(out, c.admin)
+		}
+	}
+	return out
+}
+
 // openServer returns the administration URL and a pool of the server a
 // benchmark runs on: pgURL, or a server of its own started with initdb
 // from pgBin on pgPort, which stop stops and deletes (stop closes the pool
@@ -455,14 +498,14 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 // stored in version.
 func openServer(ctx context.Context, pgURL, pgBin string, pgPort int, w io.Writer, version *string) (adminURL string, admin *pgxpool.Pool, stop func(), err error) {
 	var stops []func()
-	stop = func() {
+	stopAll := func() {
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
 		}
 	}
 	defer func() {
 		if err != nil {
-			stop()
+			stopAll()
 		}
 	}()
 	adminURL = pgURL
@@ -487,7 +530,7 @@ func openServer(ctx context.Context, pgURL, pgBin string, pgPort int, w io.Write
 	if err := checkServer(ctx, admin, w, version); err != nil {
 		return "", nil, nil, err
 	}
-	return adminURL, admin, stop, nil
+	return adminURL, admin, stopAll, nil
 }
 
 // checkServer reads the server's version, makes pg_stat_statements

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -400,6 +401,9 @@ func TestPinHorizon_PinHow(t *testing.T) {
 			o := pinOptions{
 				Binary: bin, Refloop: refloop, Duration: 6 * time.Second, Every: 2 * time.Second, PinAfter: 2 * time.Second,
 				Rate: 50, Producers: 2, PayloadBytes: 256, JSON: report, PinHow: how,
+				// An idle xid holds every database of its server: the
+				// unpinned ones run on a second server, as main's default.
+				ServerEach: how == pinHowXID,
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
@@ -438,6 +442,24 @@ func TestPinHorizon_PinHow(t *testing.T) {
 				}
 				t.Logf("%s: oldest xmin age %d, %d, %d; %d read transactions of the pin's readers",
 					c.Name, c.Samples[0].XminAge, held.XminAge, last.XminAge, c.PinReads)
+			}
+			if how == pinHowXID {
+				var pinnedURL, unpinnedURL string
+				for _, c := range rep.Contenders {
+					if c.Kind != "relay" {
+						continue
+					}
+					if c.Pinned {
+						pinnedURL = c.url
+					} else {
+						unpinnedURL = c.url
+					}
+				}
+				pu, _ := url.Parse(pinnedURL)
+				uu, _ := url.Parse(unpinnedURL)
+				if pu == nil || uu == nil || pu.Host == uu.Host {
+					t.Errorf("-server-each: the pinned relay's database %s and the unpinned one's %s are on one server", pinnedURL, unpinnedURL)
+				}
 			}
 			if how == pinHowReaders && !strings.Contains(out.String(), "read transactions of the pin's readers") {
 				t.Errorf("output lacks the readers' read transactions")

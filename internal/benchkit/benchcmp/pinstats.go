@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -313,10 +314,14 @@ func (s pinSample) claimP99() string {
 // the sessions' transaction ids as well as their xmins: an idle
 // transaction holding an xid (-pin-how xid) has no xmin between
 // statements, yet holds the horizon all the same.
-func sampleAll(ctx context.Context, admin *pgxpool.Pool, cs []*contender, after time.Duration, pinHeld bool, w io.Writer) error {
-	stmts, err := claimStatements(ctx, admin, cs)
-	if err != nil {
-		return fmt.Errorf("read pg_stat_statements: %w", err)
+func sampleAll(ctx context.Context, cs []*contender, after time.Duration, pinHeld bool, w io.Writer) error {
+	stmts := map[string]counters{}
+	for _, server := range servers(cs) {
+		part, err := claimStatements(ctx, server, cs)
+		if err != nil {
+			return fmt.Errorf("read pg_stat_statements: %w", err)
+		}
+		maps.Copy(stmts, part)
 	}
 	if w != nil {
 		fmt.Fprintf(w, "after %s (load %s)\n", after.Round(time.Second), loadavg())
