@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -345,5 +346,61 @@ func TestCarry_LeavesAProducersDuplicateKeyBehind(t *testing.T) {
 	var keys int
 	if err := db.Pool.QueryRow(ctx, "SELECT count(DISTINCT tableoid) FROM "+db.Table("messages_all")+" WHERE idempotency_key = 'K'").Scan(&keys); err != nil || keys != 2 {
 		t.Fatalf("K's two rows are in %d tables (%v), want two: the duplicate left behind", keys, err)
+	}
+}
+
+// TestRotate_YourTriggersMoveWithHowTheyFire puts four triggers of a user's
+// on messages, firing as ORIGIN (the default), ALWAYS, as a REPLICA only,
+// and disabled: after two rotations the new messages has each, firing as
+// before, the former tables none, and an insert fires the ORIGIN one.
+func TestRotate_YourTriggersMoveWithHowTheyFire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	r := rotatorOf(db, Hooks{}, nil)
+	db.Exec(t, `CREATE TABLE %s.fired (name text);
+	CREATE FUNCTION %s.note_fired() RETURNS trigger LANGUAGE plpgsql AS
+	  $$BEGIN INSERT INTO `+db.Table("fired")+` VALUES (TG_NAME); RETURN NULL; END$$;
+	CREATE TRIGGER yours_origin AFTER INSERT ON %s.messages FOR EACH ROW EXECUTE FUNCTION %s.note_fired();
+	CREATE TRIGGER yours_always AFTER INSERT ON %s.messages FOR EACH ROW EXECUTE FUNCTION %s.note_fired();
+	CREATE TRIGGER yours_replica AFTER INSERT ON %s.messages FOR EACH ROW EXECUTE FUNCTION %s.note_fired();
+	CREATE TRIGGER yours_disabled AFTER INSERT ON %s.messages FOR EACH ROW EXECUTE FUNCTION %s.note_fired();
+	ALTER TABLE %s.messages ENABLE ALWAYS TRIGGER yours_always;
+	ALTER TABLE %s.messages ENABLE REPLICA TRIGGER yours_replica;
+	ALTER TABLE %s.messages DISABLE TRIGGER yours_disabled`)
+	for range 2 {
+		db.Exec(t, `INSERT INTO %s.messages (topic, payload) VALUES ('t', 'x')`)
+		time.Sleep(2 * time.Millisecond)
+		r.Round(ctx)
+	}
+	if got := states(t, r); !slices.Contains(got, "3:current:messages") {
+		t.Fatalf("after two rounds with inserts: %v, want slot 3 current", got)
+	}
+	rows, err := db.Pool.Query(ctx, `SELECT c.relname || ':' || t.tgname || ':' || t.tgenabled::text
+	  FROM pg_trigger AS t JOIN pg_class AS c ON c.oid = t.tgrelid
+	 WHERE c.relnamespace = $1::regnamespace AND t.tgname LIKE 'yours%' ORDER BY 1`, db.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"messages:yours_always:A", "messages:yours_disabled:D", "messages:yours_origin:O", "messages:yours_replica:R"}
+	if !slices.Equal(got, want) {
+		t.Errorf("the triggers after two rotations: %v, want %v", got, want)
+	}
+	db.Exec(t, `TRUNCATE %s.fired`)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload) VALUES ('t', 'x')`)
+	var fired []string
+	rows, err = db.Pool.Query(ctx, "SELECT name FROM "+db.Table("fired")+" ORDER BY 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fired, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(fired, []string{"yours_always", "yours_origin"}) {
+		t.Errorf("an insert into the new messages fired %v, want yours_always and yours_origin", fired)
 	}
 }
