@@ -196,3 +196,36 @@ SELECT 'events.ordered', convert_to(json_build_object('key', 'k' || k, 'seq', s)
 		t.Errorf("the running relays rotated %v times and emptied %v generations, want some of each", rotations, emptied)
 	}
 }
+
+// TestProcess_HotRotationOff runs the binary with RELAY_HOT_ROTATION=0
+// while rows arrive for longer than the shortest rotation allowed (a
+// second): every row is delivered, and the hot table stays in its first
+// generation, the one migrated, with no rotation counted.
+func TestProcess_HotRotationOff(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	rcv := webhooktest.NewReceiver(t)
+	relay := startProcess(t, "DATABASE_URL="+db.URL, "RELAY_SCHEMA="+db.Name, "WEBHOOK_URL="+rcv.URL,
+		"WEBHOOK_SECRET="+rcv.Secret, "RELAY_HOT_ROTATION=0")
+	const waves, perWave = 4, 50
+	for w := range waves {
+		db.Exec(t, `INSERT INTO %s.messages (topic, payload, idempotency_key)
+		            SELECT 'events.off', 'x', 'off-' || $1::int || '-' || i FROM generate_series(1, $2::int) AS i`, w, perWave)
+		time.Sleep(time.Second)
+	}
+	relaytest.WaitDrained(t, db, relaytest.Budget(waves*perWave))
+	if n := db.Count(t, "archive"); n != waves*perWave {
+		t.Errorf("%d rows archived, want %d", n, waves*perWave)
+	}
+	var slot, generation int64
+	if err := db.Pool.QueryRow(context.Background(), "SELECT slot, generation FROM "+db.Table("message_generations")+
+		" WHERE state = 'current'").Scan(&slot, &generation); err != nil {
+		t.Fatal(err)
+	}
+	if slot != 1 || generation != 1 {
+		t.Errorf("with RELAY_HOT_ROTATION=0 the current generation is %d, in slot %d, after %d s of inserts: want the first, in slot 1", generation, slot, waves)
+	}
+	if n := metricValue(relay.metrics(), "outbox_relay_hot_rotations_total"); n != 0 {
+		t.Errorf("outbox_relay_hot_rotations_total %g, want 0", n)
+	}
+}
