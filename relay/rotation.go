@@ -2,7 +2,6 @@ package relay
 
 import (
 	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,7 +29,6 @@ func newRotation(cfg *Config, pool *pgxpool.Pool, log *slog.Logger) *rotation.Ro
 			Carried: func(n int64) { m.HotRowsCarried.Add(float64(n)) },
 			Busy:    func(step string) { m.HotRotationBusy.WithLabelValues(step).Inc() },
 			Generations: func(gens []rotation.Generation) {
-				now := time.Now()
 				for _, state := range []string{"current", "draining", "spare"} {
 					var n, live, dead, bytes int
 					var age float64
@@ -42,7 +40,7 @@ func newRotation(cfg *Config, pool *pgxpool.Pool, log *slog.Logger) *rotation.Ro
 						live += int(g.LiveRows)
 						dead += int(g.DeadRows)
 						bytes += int(g.TotalBytes)
-						age = max(age, now.Sub(g.Since).Seconds())
+						age = max(age, g.AgeSeconds)
 					}
 					m.HotGenerations.WithLabelValues(state).Set(float64(n))
 					m.HotGenerationAge.WithLabelValues(state).Set(age)

@@ -51,8 +51,10 @@ type Generation struct {
 	// Table is the slot's table now: messages when current, else
 	// messages_g<slot>.
 	Table string `db:"table_name"`
-	// Since is when the slot took its state.
-	Since time.Time
+	// Since is when the slot took its state, and AgeSeconds how long
+	// ago, by the database's clock (the relay's may differ).
+	Since      time.Time
+	AgeSeconds float64 `db:"age_seconds"`
 	// Attached is whether messages_all reads the table: an empty spare is
 	// taken out of it.
 	Attached bool

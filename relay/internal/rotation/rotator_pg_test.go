@@ -126,6 +126,16 @@ func TestRound_RotatesThenEmptiesTheDrainedGeneration(t *testing.T) {
 	if got := where(t, db); len(got) != 1 || got[4] != "messages_g2" {
 		t.Fatalf("rows are in %v, want only 4, in messages_g2", got)
 	}
+	// Each generation's age is read by the database's clock.
+	gens, err := r.Generations(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gens {
+		if g.AgeSeconds < 0 || g.AgeSeconds > 60 {
+			t.Errorf("slot %d (%s): age %g s, want the seconds since its state changed in this test", g.Slot, g.State, g.AgeSeconds)
+		}
+	}
 }
 
 // TestCarry_MovesWaitingRowsWithEveryColumn leaves a delayed row, a row in

@@ -42,9 +42,10 @@ const queryAnalyze = `
 SELECT {schema}.messages_analyze(@min_rows::bigint)`
 
 // queryGenerations reports every slot's generation, state, table, since
-// when, whether messages_all reads it, rows (live and dead, the statistics' estimates) and bytes.
+// when and how long ago (the database's clock), whether messages_all reads it, rows (live and dead, the statistics' estimates) and bytes.
 const queryGenerations = `
-SELECT slot, generation, state, table_name, since, attached, live_rows, dead_rows, total_bytes
+SELECT slot, generation, state, table_name, since, extract(epoch FROM now() - since)::float8 AS age_seconds,
+       attached, live_rows, dead_rows, total_bytes
   FROM {schema}.messages_generations()`
 
 // Statements are the rotator's statements, rendered for a schema.
