@@ -66,6 +66,7 @@ var allowed = []struct {
 	{"internal/testkit/relaytest", []string{"internal/testkit/dbtest", "internal/testkit/natstest", "internal/testkit/waitfor", "relay"}},
 	{"internal/testkit/webhooktest", []string{"sinks/sinktest"}},
 	{"internal/testkit/testlog", nil}, // the tests' logger: the standard library only
+	{"internal/testkit/golden", nil},  // the golden SQL files: the standard library only
 	{"internal/testkit/waitfor", nil},
 	{"internal/benchkit/yardstick", nil},
 	{"examples", nil}, // its tests check the docs against the examples

@@ -1,17 +1,13 @@
 package admin
 
 import (
-	"flag"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/outbox-relay/internal/testkit/golden"
 	"github.com/outbox-relay/outbox-relay/relay/internal/horizon"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden SQL files under testdata/")
 
 // goldenStatements returns every statement the operations run, rendered
 // for the schema "outbox", by the name of its golden file.
@@ -58,39 +54,7 @@ func goldenStatements() map[string]string {
 // ./relay/admin -run TestGoldenSQL -update rewrites the files; a stale file
 // fails.
 func TestGoldenSQL(t *testing.T) {
-	want := map[string]bool{}
-	for name, sql := range goldenStatements() {
-		file := filepath.Join("testdata", name+".sql")
-		want[filepath.Base(file)] = true
-		text := strings.TrimSpace(sql) + "\n"
-		if *update {
-			if err := os.MkdirAll("testdata", 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		got, err := os.ReadFile(file)
-		if err != nil {
-			t.Errorf("%s: %v (go test ./relay/admin -run TestGoldenSQL -update writes it)", file, err)
-			continue
-		}
-		if string(got) != text {
-			t.Errorf("%s is not the statement the operations run (go test ./relay/admin -run TestGoldenSQL -update rewrites it; review the diff):\n%s", file, text)
-		}
-	}
-	entries, _ := os.ReadDir("testdata")
-	for _, e := range entries {
-		if !want[e.Name()] {
-			if *update {
-				_ = os.Remove(filepath.Join("testdata", e.Name()))
-				continue
-			}
-			t.Errorf("testdata/%s renders no statement: remove it", e.Name())
-		}
-	}
+	golden.SQL(t, "testdata", "./relay/admin", "the operations", goldenStatements())
 }
 
 // Every statement is rendered: no slot is left, and every field of

@@ -1,14 +1,11 @@
 package floor
 
 import (
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden SQL files under testdata/")
+	"github.com/outbox-relay/outbox-relay/internal/testkit/golden"
+)
 
 // sampleOldest is the oldest-claimable fragment the golden files are
 // rendered with: the relay's for a strategy whose claims may take any row
@@ -25,9 +22,9 @@ const sampleOldest = `(SELECT available_at FROM {schema}.messages_all
 func goldenStatements() map[string]string {
 	s := Render(`"outbox"`, sampleOldest)
 	return map[string]string{
-		"refresh.sql":  s.Refresh,
-		"rescan.sql":   s.Rescan,
-		"id_floor.sql": IDFloor,
+		"refresh":  s.Refresh,
+		"rescan":   s.Rescan,
+		"id_floor": IDFloor,
 	}
 }
 
@@ -36,40 +33,7 @@ func goldenStatements() map[string]string {
 // reads and diffs the final SQL there. go test -run TestGoldenSQL -update
 // rewrites the files; a stale file fails.
 func TestGoldenSQL(t *testing.T) {
-	want := map[string]bool{}
-	for name, sql := range goldenStatements() {
-		file := filepath.Join("testdata", name)
-		want[name] = true
-		text := strings.TrimSpace(sql) + "\n"
-		if *update {
-			if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		got, err := os.ReadFile(file)
-		if err != nil {
-			t.Errorf("%s: %v (go test ./relay/internal/floor -run TestGoldenSQL -update writes it)", file, err)
-			continue
-		}
-		if string(got) != text {
-			t.Errorf("%s is not the statement the floor runs (go test ./relay/internal/floor -run TestGoldenSQL -update rewrites it; review the diff):\n%s", file, text)
-		}
-	}
-	// A file no statement renders any more is stale.
-	entries, _ := os.ReadDir("testdata")
-	for _, e := range entries {
-		if !want[e.Name()] {
-			if *update {
-				_ = os.Remove(filepath.Join("testdata", e.Name()))
-				continue
-			}
-			t.Errorf("testdata/%s renders no statement: remove it", e.Name())
-		}
-	}
+	golden.SQL(t, "testdata", "./relay/internal/floor", "the floor", goldenStatements())
 }
 
 // TestRender_FillsOldestBeforeSchema: the fragment's own {schema} is
