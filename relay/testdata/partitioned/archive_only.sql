@@ -1,8 +1,11 @@
-WITH fence AS MATERIALIZED (
-    SELECT b.bucket::integer AS bucket
-      FROM unnest(@fence_buckets::int[], @fence_epochs::bigint[]) AS f(bucket, epoch)
-      JOIN "outbox".buckets AS b ON b.bucket = f.bucket AND b.epoch = f.epoch
+WITH fence_mine AS MATERIALIZED (
+    SELECT b.bucket::integer AS bucket, b.epoch
+      FROM "outbox".buckets AS b
      WHERE b.owner = @relay_id AND b.lease_until > clock_timestamp()
+), fence AS MATERIALIZED (
+    SELECT f.bucket
+      FROM unnest(@fence_buckets::int[], @fence_epochs::bigint[]) AS f(bucket, epoch)
+      JOIN fence_mine AS b ON b.bucket = f.bucket AND b.epoch = f.epoch
 ), archived AS (
     DELETE FROM "outbox".messages_all AS m
      USING unnest(@archive_ids::bigint[], @archive_seqs::int[], @archive_duplicate::bool[]) AS s(id, claim_seq, duplicate)

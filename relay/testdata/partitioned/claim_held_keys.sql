@@ -1,8 +1,11 @@
-WITH owned AS MATERIALIZED (
-    SELECT b.bucket::integer AS bucket, p.max_rows
-      FROM unnest(@buckets::int[], @epochs::bigint[], @shares::int[]) AS p(bucket, epoch, max_rows)
-      JOIN "outbox".buckets AS b ON b.bucket = p.bucket AND b.epoch = p.epoch
+WITH mine AS MATERIALIZED (
+    SELECT b.bucket::integer AS bucket, b.epoch
+      FROM "outbox".buckets AS b
      WHERE b.owner = @relay_id AND b.lease_until > now() + @lease::interval
+), owned AS MATERIALIZED (
+    SELECT p.bucket, p.max_rows
+      FROM unnest(@buckets::int[], @epochs::bigint[], @shares::int[]) AS p(bucket, epoch, max_rows)
+      JOIN mine AS b ON b.bucket = p.bucket AND b.epoch = p.epoch
 ), due AS MATERIALIZED (
     (SELECT c.id, c.leased_by, c.available_at, c.size, c.key
       FROM owned AS o
