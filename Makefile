@@ -25,9 +25,13 @@ build:
 
 # The README's test command: what the tests need beyond Go made present
 # (.ci/prerequisites: PostgreSQL, RabbitMQ, promtool), then the whole suite.
+# -timeout: go test's default of 10 minutes is per package, and
+# internal/cli, which runs the binary as users do (about 170 process tests),
+# takes 9-10 minutes with -race on two cores; a package that hangs still
+# fails, with every goroutine's stack, after 30.
 test:
 	bash .ci/prerequisites
-	go test -race ./...
+	go test -race -timeout 30m ./...
 
 ci:
 	bash .ci/run

@@ -81,6 +81,8 @@ func main() {
 	pinHow := flag.String("pin-how", pinHowSnapshot, "-pin-horizon: how the pinned databases' horizon is pinned: snapshot (a REPEATABLE READ transaction holding its snapshot), xid (an idle READ COMMITTED transaction holding a transaction id, as BEGIN; SELECT txid_current(); left open) or readers (four REPEATABLE READ readers each scanning the hot table and the archive, 50 ms apart, until the end)")
 	pgURL := flag.String("pg-url", "", "-pin-horizon, -many-outboxes: an existing PostgreSQL server (with pg_stat_statements preloaded) instead of one of the benchmark's own")
 	pgBin := flag.String("pg-bin", "", "-pin-horizon, -many-outboxes: directory of initdb and pg_ctl (default: the newest /usr/lib/postgresql/*/bin, else PATH)")
+	var pgConf settingsFlag
+	flag.Var(&pgConf, "pg-conf", "-pin-horizon, -many-outboxes: one more setting name=value of the benchmark's own servers, repeatable (e.g. -pg-conf shared_preload_libraries=pg_stat_statements,auto_explain -pg-conf auto_explain.log_min_duration=50ms); their log is postgres.log in the server's temporary directory")
 	pgPort := flag.Int("pg-port", 5499, "-pin-horizon, -many-outboxes: port of the benchmark's own server (a free one when taken)")
 	serverEach := flag.Bool("server-each", false, "-pin-horizon: run the unpinned contenders on a second server of the benchmark's own (on port -pg-port+1, or a free one), so that a pin holding every database of its server (-pin-how xid) holds only the pinned ones; the default with -pin-how xid and no -pg-url")
 	natsURL := flag.String("nats-url", "", "-pin-horizon, -many-outboxes: NATS server of the relays (default: a JetStream server in process for each)")
@@ -106,7 +108,7 @@ func main() {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		o := manyOptions{
-			Binary: *binary, PGURL: *pgURL, PGBin: *pgBin, PGPort: *pgPort, NatsURL: *natsURL,
+			Binary: *binary, PGURL: *pgURL, PGBin: *pgBin, PGPort: *pgPort, PGConf: pgConf, NatsURL: *natsURL,
 			Parts: strings.Split(*parts, ","), Outboxes: *outboxes, Warmup: *warmup, Duration: *duration,
 			Baseline: *baseline, Backlog: *backlog, TrickleRate: *trickleRate, TrickleAlone: *trickleAlone,
 			PayloadBytes: *payload, JSON: *jsonOut,
@@ -131,7 +133,7 @@ func main() {
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		o := pinOptions{
 			Binary: *binary, Refloop: *refloop, RefloopUnpinned: *refloopUnpinned,
-			PGURL: *pgURL, PGBin: *pgBin, PGPort: *pgPort, NatsURL: *natsURL,
+			PGURL: *pgURL, PGBin: *pgBin, PGPort: *pgPort, PGConf: pgConf, NatsURL: *natsURL,
 			Duration: *duration, Every: *every, PinAfter: *pinAfter, PinFor: *pinFor, PinHow: *pinHow,
 			Rate: *rate, Producers: *producers, PayloadBytes: *payload, JSON: *jsonOut,
 			Mode: *relayMode, Keys: *keys, RelayEnv: relayEnv, ServerEach: *serverEach,

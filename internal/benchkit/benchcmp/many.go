@@ -51,6 +51,7 @@ type manyOptions struct {
 	PGURL        string        `json:"pg_url,omitempty"`
 	PGBin        string        `json:"pg_bin,omitempty"`
 	PGPort       int           `json:"pg_port"`
+	PGConf       []string      `json:"pg_conf,omitempty"`  // more settings of the benchmark's own server (-pg-conf)
 	NatsURL      string        `json:"nats_url,omitempty"` // default: a JetStream server in process
 	Parts        []string      `json:"parts"`              // idle, fair
 	Outboxes     int           `json:"outboxes"`
@@ -196,7 +197,7 @@ func runManyOutboxes(ctx context.Context, o manyOptions, w io.Writer) (*manyRepo
 	if out, err := exec.CommandContext(ctx, o.Binary, "version").Output(); err == nil {
 		rep.Version = strings.TrimSpace(string(out))
 	}
-	adminURL, admin, stopServer, err := openServer(ctx, o.PGURL, o.PGBin, o.PGPort, w, &rep.Server)
+	adminURL, admin, stopServer, err := openServer(ctx, o.PGURL, o.PGBin, o.PGPort, o.PGConf, w, &rep.Server)
 	if err != nil {
 		return nil, err
 	}

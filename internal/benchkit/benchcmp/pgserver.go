@@ -69,10 +69,12 @@ func findPostgresBin(explicit string) (string, error) {
 }
 
 // startTempPostgres initializes a cluster in a new temporary directory and
-// starts it on port, or on a free port when port is taken. As root, initdb
+// starts it on port, or on a free port when port is taken, with the
+// settings of postgresConf and then extra (name=value, -pg-conf: a later
+// one wins). As root, initdb
 // and pg_ctl run as the postgres user (they refuse root), which owns the
 // directory.
-func startTempPostgres(ctx context.Context, binDir string, port int) (_ *tempPostgres, err error) {
+func startTempPostgres(ctx context.Context, binDir string, port int, extra []string) (_ *tempPostgres, err error) {
 	dir, err := os.MkdirTemp("", "outbox-pin-pg-")
 	if err != nil {
 		return nil, err
@@ -100,8 +102,8 @@ func startTempPostgres(ctx context.Context, binDir string, port int) (_ *tempPos
 	}
 	p.port = freePort(port)
 	var opts []string
-	for _, c := range postgresConf(p.port, dir) {
-		opts = append(opts, "-c "+c)
+	for _, c := range append(postgresConf(p.port, dir), extra...) {
+		opts = append(opts, "-c "+shellQuote(c))
 	}
 	if err := p.run(ctx, "pg_ctl", "-D", p.data(), "-l", filepath.Join(dir, "postgres.log"), "-w", "-t", "60",
 		"-o", strings.Join(opts, " "), "start"); err != nil {

@@ -56,6 +56,9 @@ type pinOptions struct {
 	PGURL  string
 	PGBin  string
 	PGPort int
+	// PGConf are more settings (name=value) of the benchmark's own
+	// servers (-pg-conf), for a diagnosis such as auto_explain.
+	PGConf []string
 	// ServerEach runs the unpinned contenders on a second server of the
 	// benchmark's own (-server-each; the default with -pin-how xid): a
 	// transaction id held open holds the horizon of every database of its
@@ -249,7 +252,7 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 		rep.Version = strings.TrimSpace(string(out))
 	}
 
-	adminURL, admin, stopServer, err := openServer(ctx, o.PGURL, o.PGBin, o.PGPort, w, &rep.Server)
+	adminURL, admin, stopServer, err := openServer(ctx, o.PGURL, o.PGBin, o.PGPort, o.PGConf, w, &rep.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +265,7 @@ func runPinHorizon(ctx context.Context, o pinOptions, w io.Writer) (*pinReport, 
 		if port != 0 {
 			port++
 		}
-		unpinnedURL, unpinnedAdmin, stop, err = openServer(ctx, "", o.PGBin, port, w, new(string))
+		unpinnedURL, unpinnedAdmin, stop, err = openServer(ctx, "", o.PGBin, port, o.PGConf, w, new(string))
 		if err != nil {
 			return nil, fmt.Errorf("the unpinned contenders' server (-server-each): %w", err)
 		}
@@ -493,10 +496,10 @@ func servers(cs []*contender) []*pgxpool.Pool {
 
 // openServer returns the administration URL and a pool of the server a
 // benchmark runs on: pgURL, or a server of its own started with initdb
-// from pgBin on pgPort, which stop stops and deletes (stop closes the pool
+// from pgBin on pgPort with the settings conf added, which stop stops and deletes (stop closes the pool
 // in either case). The server is checked (checkServer) and its version
 // stored in version.
-func openServer(ctx context.Context, pgURL, pgBin string, pgPort int, w io.Writer, version *string) (adminURL string, admin *pgxpool.Pool, stop func(), err error) {
+func openServer(ctx context.Context, pgURL, pgBin string, pgPort int, conf []string, w io.Writer, version *string) (adminURL string, admin *pgxpool.Pool, stop func(), err error) {
 	var stops []func()
 	stopAll := func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -514,13 +517,13 @@ func openServer(ctx context.Context, pgURL, pgBin string, pgPort int, w io.Write
 		if err != nil {
 			return "", nil, nil, err
 		}
-		pg, err := startTempPostgres(ctx, bin, pgPort)
+		pg, err := startTempPostgres(ctx, bin, pgPort, conf)
 		if err != nil {
 			return "", nil, nil, fmt.Errorf("start PostgreSQL: %w", err)
 		}
 		stops = append(stops, pg.stop)
 		adminURL = pg.url("postgres")
-		fmt.Fprintf(w, "PostgreSQL from %s on port %d, stock settings but %s\n", bin, pg.port, strings.Join(postgresConf(pg.port, pg.dir)[3:], ", "))
+		fmt.Fprintf(w, "PostgreSQL from %s on port %d, stock settings but %s\n", bin, pg.port, strings.Join(append(postgresConf(pg.port, pg.dir)[3:], conf...), ", "))
 	}
 	admin, err = pgxpool.New(ctx, adminURL)
 	if err != nil {
