@@ -23,9 +23,9 @@ import "github.com/outbox-relay/outbox-relay/relay/internal/floor"
 // two probes of messages_key_idx start at the key's first row in the claim
 // (ids[1]): backwards, the live row just before it (p, down to the id
 // floor; run only when the key's first live row from the id floor up lies
-// before ids[1], a forward lookup that stops there), and forwards, unless p holds the key back, the key's first row
-// after it that is not in the claim (oldest): the key's rows in the claim
-// before that one are kept. When p is a row this relay holds under a lease
+// before ids[1], a forward lookup that stops there), and forwards, unless
+// p holds the key back, the key's first row after it that is not in the
+// claim (oldest): the key's rows in the claim before that one are kept. When p is a row this relay holds under a lease
 // that still runs, it is after: the key's rows in the claim are delivered
 // once its delivery passed, which passes only once the key's rows before
 // it passed (relay/internal/keychain, keyorder.go). Any other p (in flight
@@ -123,7 +123,11 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 // in the order, which only messages_key_idx gives, and start its scan at
 // the key's first id that may be pending: below the id floor lie only the
 // dead entries of the key's delivered rows, which a pinned horizon keeps
-// (each lookup walked all of them). status's blocked keys (relay/admin)
+// (each lookup walked all of them). Read forwards (ORDER BY key, id) the
+// scan starts at the floor; read backwards it does not stop there (a row
+// comparison ends a scan only where its first column decides), so a
+// backward lookup needs a forward one to tell it a row is there
+// (queryBucketsClaim's p). status's blocked keys (relay/admin)
 // state the same from the smallest bigint.
 func ofKey(m, key string) string {
 	return m + `.key IS NOT NULL AND (` + m + `.key, ` + m + `.id) >= (` + key + `, ` + floor.IDFloor + `) AND (` + m + `.key, ` + m + `.id) <= (` + key + `, 9223372036854775807)`
