@@ -90,6 +90,11 @@ type claimer struct {
 	// while the relay backs off idle claims (IdlePollInterval), it waits
 	// for another loop to find rows rather than poll too.
 	follower bool
+	// more, when set, reports whether the loop's last claim left due rows
+	// behind although it took fewer rows than its limit (a claim over
+	// buckets, each limited to its share): the loop then treats it as a
+	// full batch, a backlog.
+	more func() bool
 }
 
 // claimRequest is what one claim may take.

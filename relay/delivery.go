@@ -46,9 +46,7 @@ func (d *sinkDelivery) sendAll(ctx context.Context) {
 // otherwise.
 func (d *sinkDelivery) sendEach(ctx context.Context, pending []int) {
 	for {
-		dctx, cancel := context.WithDeadline(ctx, d.deadline)
-		notAttempted := d.sendPending(dctx, ctx, pending)
-		cancel()
+		notAttempted := d.sendWithin(ctx, pending, nil)
 		if len(notAttempted) == 0 {
 			return
 		}
@@ -78,12 +76,22 @@ func (d *sinkDelivery) releaseRows(indexes []int, delay time.Duration) {
 	d.settle <- out
 }
 
+// sendWithin sends the messages at indexes pending as sendPending does, by
+// the delivery's deadline.
+func (d *sinkDelivery) sendWithin(ctx context.Context, pending, follows []int) (notAttempted []int) {
+	dctx, cancel := context.WithDeadline(ctx, d.deadline)
+	defer cancel()
+	return d.sendPending(dctx, ctx, pending, follows)
+}
+
 // sendPending delivers the messages at indexes pending through the sink, within
 // dctx, and tells the sendPending's observers each outcome as the sink reports it
 // (the last of them passes it to the settlers), except those the sink did
 // not attempt while ctx, the relay's, has not ended, whose indexes it
-// returns.
-func (d *sinkDelivery) sendPending(dctx, ctx context.Context, pending []int) (notAttempted []int) {
+// returns. follows, when not nil, orders the send (sendInRounds):
+// follows[j] is the position in pending of the message pending[j] must
+// follow, or -1.
+func (d *sinkDelivery) sendPending(dctx, ctx context.Context, pending, follows []int) (notAttempted []int) {
 	sub := make([]sinks.Message, len(pending))
 	for j, i := range pending {
 		sub[j] = d.msgs[i]
@@ -111,8 +119,20 @@ func (d *sinkDelivery) sendPending(dctx, ctx context.Context, pending []int) (no
 			ob.observe(s)
 		}
 	}
+	send := func(msgs []sinks.Message, report func(k int, err error)) {
+		errs := d.sink.Deliver(dctx, msgs)
+		if len(errs) != len(msgs) {
+			err := fmt.Errorf("sink %s returned %d outcomes for %d messages", d.name, len(errs), len(msgs))
+			errs = sinks.Fill(make([]error, len(msgs)), err)
+		}
+		for k, err := range errs {
+			report(k, err)
+		}
+	}
+	var stop chan struct{}
 	if s, ok := d.sink.(sinks.Streamer); ok {
-		stop := make(chan struct{})
+		send = func(msgs []sinks.Message, report func(k int, err error)) { s.DeliverStream(dctx, msgs, report) }
+		stop = make(chan struct{})
 		go func() {
 			t := time.NewTicker(settleEvery)
 			defer t.Stop()
@@ -127,17 +147,10 @@ func (d *sinkDelivery) sendPending(dctx, ctx context.Context, pending []int) (no
 				}
 			}
 		}()
-		s.DeliverStream(dctx, sub, report)
+	}
+	sendInRounds(sub, follows, send, report)
+	if stop != nil {
 		close(stop)
-	} else {
-		errs := d.sink.Deliver(dctx, sub)
-		if len(errs) != len(sub) {
-			err := fmt.Errorf("sink %s returned %d outcomes for %d messages", d.name, len(errs), len(sub))
-			errs = sinks.Fill(make([]error, len(sub)), err)
-		}
-		for j, err := range errs {
-			report(j, err)
-		}
 	}
 	mu.Lock()
 	defer mu.Unlock()

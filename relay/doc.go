@@ -116,8 +116,9 @@
 // in the same claim or in flight in this relay (relay/internal/keychain:
 // the claim names the row of this relay's that the key's rows follow), and
 // deliverInKeyOrder sends a key's row once the row before it, in this
-// batch or an earlier one, was acknowledged; when that row was not, the
-// rest of the key is released unsent. A relay runs one claim at a time, so
+// batch or an earlier one, was acknowledged (a key's rows of one batch go
+// in one delivery, a round trip each: sendInRounds); when that row was
+// not, the rest of the key is released unsent. A relay runs one claim at a time, so
 // that a claim sees the rows its previous claim leased as this relay's. A
 // key held back (its oldest row in flight elsewhere, backing off or
 // sorting after the others) is left out of the walk and its oldest row

@@ -114,6 +114,10 @@ func (m *partitioned) bucketsClaimArgs(req claimRequest, buckets []int32, epochs
 
 func (m *partitioned) claimer() claimer {
 	backlog := false // the loop's last claim was full
+	// filled is set when a bucket of the loop's last claim gave its whole
+	// share: rows are left behind, though the shares rarely add up to the
+	// claim's limit.
+	filled := false
 	claim := func(ctx context.Context, req claimRequest) ([]claimedRow, error) {
 		most := 0
 		if backlog {
@@ -151,12 +155,28 @@ func (m *partitioned) claimer() claimer {
 			return nil, err
 		}
 		backlog = len(batch) == req.limit
+		filled = gaveShare(c, rows)
 		if len(batch) > 0 && m.e.log.Enabled(ctx, slog.LevelDebug) {
 			m.e.log.Debug("claimed rows of owned buckets", "num_rows", len(batch), "fences", fences(batch))
 		}
 		return batch, nil
 	}
-	return claimer{what: "rows of owned buckets", claim: claim}
+	return claimer{what: "rows of owned buckets", claim: claim, more: func() bool { return filled }}
+}
+
+// gaveShare reports whether a bucket of claim c gave its whole share of
+// rows (rows holds the bucket of each row the claim leased).
+func gaveShare(c buckets.Claim, rows []int32) bool {
+	gave := make(map[int32]int32, len(c.Buckets))
+	for _, b := range rows {
+		gave[b]++
+	}
+	for i, b := range c.Buckets {
+		if c.Shares[i] > 0 && gave[b] >= c.Shares[i] {
+			return true
+		}
+	}
+	return false
 }
 
 // fences lists the buckets of batch with the epochs they were claimed

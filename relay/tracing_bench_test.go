@@ -42,7 +42,7 @@ func benchmarkSend(b *testing.B, tp *sdktrace.TracerProvider) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		d.sendPending(ctx, ctx, pending)
+		d.sendPending(ctx, ctx, pending, nil)
 	}
 }
 
