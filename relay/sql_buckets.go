@@ -25,7 +25,10 @@ import "github.com/outbox-relay/outbox-relay/relay/internal/floor"
 // floor; run only when the key's first live row from the id floor up lies
 // before ids[1], a forward lookup that stops there), and forwards, unless
 // p holds the key back, the key's first row after it that is not in the
-// claim (oldest): the key's rows in the claim before that one are kept. When p is a row this relay holds under a lease
+// claim (oldest): the key's rows in the claim before that one are kept.
+// A key with one row in the claim needs no forward probe (no row of the
+// claim lies after it): with 5,000 keys interleaved, most keys of most
+// claims. When p is a row this relay holds under a lease
 // that still runs, it is after: the key's rows in the claim are delivered
 // once its delivery passed, which passes only once the key's rows before
 // it passed (relay/internal/keychain, keyorder.go). Any other p (in flight
@@ -71,7 +74,8 @@ WITH mine AS MATERIALIZED (` + bucketMine + `
      WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
 ), outside AS MATERIALIZED (
     SELECT k.key, k.ids, k.leased, k.newest,
-           CASE WHEN p.id IS NULL OR p.ours
+           CASE WHEN k.newest = k.ids[1] AND (p.id IS NULL OR p.ours) THEN NULL
+                WHEN p.id IS NULL OR p.ours
                 THEN (SELECT o.id FROM {schema}.messages_all AS o
                        WHERE o.key IS NOT NULL AND (o.key, o.id) > (k.key, k.ids[1]) AND (o.key, o.id) <= (k.key, 9223372036854775807)
                          AND o.id <> ALL (k.ids)

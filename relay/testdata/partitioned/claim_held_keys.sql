@@ -45,7 +45,8 @@ WITH mine AS MATERIALIZED (
      WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
 ), outside AS MATERIALIZED (
     SELECT k.key, k.ids, k.leased, k.newest,
-           CASE WHEN p.id IS NULL OR p.ours
+           CASE WHEN k.newest = k.ids[1] AND (p.id IS NULL OR p.ours) THEN NULL
+                WHEN p.id IS NULL OR p.ours
                 THEN (SELECT o.id FROM "outbox".messages_all AS o
                        WHERE o.key IS NOT NULL AND (o.key, o.id) > (k.key, k.ids[1]) AND (o.key, o.id) <= (k.key, 9223372036854775807)
                          AND o.id <> ALL (k.ids)
