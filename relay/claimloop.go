@@ -39,6 +39,16 @@ type claimLoops struct {
 	idlePause atomic.Int64
 }
 
+// fullBatchPatience is how many times PollInterval a claim after a full
+// one waits for room for a whole batch when it claims for one sink: keyed
+// rows, sent a round trip per row of a key, free room a few rows at a time
+// (100 hot keys, partitioned: 1,329–1,825 claims of about 150 rows for
+// 200k when it waited one PollInterval, 313–376 with ten). With several
+// sinks it waits one PollInterval, so that a slow sink does not keep the
+// others' rows unclaimed for long; a sink whose deliveries hang holds its
+// room until their deadline, and the claims take what is left after this.
+const fullBatchPatience = 10
+
 // run claims batches with c and starts their deliveries until ctx
 // ends. It claims again at once while batches come back full and capacity
 // remains, waits a tenth of PollInterval after a claim that found some rows,
@@ -60,17 +70,19 @@ func (l *claimLoops) run(ctx context.Context, deliverCtx context.Context, c clai
 		closed, open := l.watches.states()
 		bytes, oversized := l.inflight.takeBytes(l.loops)
 		limit, want, atLeast := 0, cmp.Or(c.batch, l.cfg.BatchSize), 1
-		if full && l.cfg.MaxInFlight >= 2*want && (waiting.IsZero() || time.Since(waiting) < l.cfg.PollInterval || l.inflight.total() >= want) {
+		patience := l.cfg.PollInterval
+		if len(open) == 1 {
+			patience = fullBatchPatience * l.cfg.PollInterval
+		}
+		if full && l.cfg.MaxInFlight >= 2*want && (waiting.IsZero() || time.Since(waiting) < patience) {
 			// Draining a backlog, a claim waits for room for a whole
 			// batch rather than take the few rows a settle just freed,
 			// while other batches keep the sinks busy: every claim walks
 			// the rows in flight and pays its statements, whatever it
 			// takes. A 100k drain made 102–104 claims, not 124–148, and
 			// used 3% less of PostgreSQL's CPU. It waits up to
-			// PollInterval, and longer while a whole batch is still in
-			// flight: keyed rows, sent a round trip per row of a key,
-			// free room slowly (100 hot keys: 1,329 claims of 150 rows
-			// for 200k).
+			// PollInterval, or fullBatchPatience times that when it
+			// claims for one sink only.
 			atLeast = want
 		}
 		if bytes > 0 {

@@ -138,8 +138,10 @@ func outcomeOf(cfg *Config, m *sinks.Message, t claimTag, sink string, err error
 		o.kind = kindDelivered
 	case sinks.IsPermanent(err):
 		o.kind, o.reason, o.err = kindDead, outbox.ReasonPermanent, errorText(err)
-	case shuttingDown && errors.Is(err, context.Canceled):
-		o.kind = kindRelease // claimable again at once, by any relay
+	case shuttingDown && (errors.Is(err, context.Canceled) || followsFailed(err)):
+		// Claimable again at once, by any relay (a row left unsent behind
+		// another follows that one, which is released at once too).
+		o.kind = kindRelease
 	case errors.Is(err, sinks.ErrNotAttempted):
 		// The sink did not try (paused, disconnected, out of time): back
 		// without spending an attempt, after a pause, so that a sink that

@@ -164,15 +164,21 @@ func (m *partitioned) claimer() claimer {
 	return claimer{what: "rows of owned buckets", claim: claim, more: func() bool { return filled }}
 }
 
+// minFullShare is the least share of a bucket that, given whole, makes a
+// claim count as full (gaveShare).
+const minFullShare = 8
+
 // gaveShare reports whether a bucket of claim c gave its whole share of
-// rows (rows holds the bucket of each row the claim leased).
+// rows, a share of at least minFullShare (rows holds the bucket of each
+// row the claim leased): a bucket's share of one or two rows says little
+// of what is left behind.
 func gaveShare(c buckets.Claim, rows []int32) bool {
 	gave := make(map[int32]int32, len(c.Buckets))
 	for _, b := range rows {
 		gave[b]++
 	}
 	for i, b := range c.Buckets {
-		if c.Shares[i] > 0 && gave[b] >= c.Shares[i] {
+		if c.Shares[i] >= minFullShare && gave[b] >= c.Shares[i] {
 			return true
 		}
 	}

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -20,13 +21,15 @@ var errFollowsFailed = fmt.Errorf("%w: not sent: the row before it in its key wa
 // (follows[j] < 0), then those that follow a message the sink reported
 // delivered in the round before, and so on. A message whose predecessor was
 // not delivered is not sent, nor anything behind it: report gets
-// errFollowsFailed for each, after its predecessor's outcome. With follows
-// nil, every message goes in one round.
+// errFollowsFailed for each, after its predecessor's outcome. Once ctx has
+// ended (the delivery's deadline), no further round is sent: its messages
+// and those behind them get errFollowsFailed too, and the caller releases
+// them. With follows nil, every message goes in one round.
 //
 // Each round waits for the sink's every outcome, one round trip; what it
 // saves over sending each round as a delivery of its own is the rest of a
 // delivery's cost: its observers, its settle, and the claim loop's wait.
-func sendInRounds(msgs []sinks.Message, follows []int, send func(msgs []sinks.Message, report func(k int, err error)), report func(j int, err error)) {
+func sendInRounds(ctx context.Context, msgs []sinks.Message, follows []int, send func(msgs []sinks.Message, report func(k int, err error)), report func(j int, err error)) {
 	if follows == nil {
 		send(msgs, report)
 		return
@@ -47,22 +50,26 @@ func sendInRounds(msgs []sinks.Message, follows []int, send func(msgs []sinks.Me
 			skip(behind[j])
 		}
 	}
-	sub := make([]sinks.Message, 0, len(round))
-	for len(round) > 0 {
-		sub = sub[:0]
-		for _, j := range round {
-			sub = append(sub, msgs[j])
+	for first := true; len(round) > 0; first = false {
+		if !first && ctx.Err() != nil {
+			skip(round)
+			return
+		}
+		this := round
+		sub := make([]sinks.Message, len(this))
+		for k, j := range this {
+			sub[k] = msgs[j]
 		}
 		var mu sync.Mutex
-		delivered := make([]bool, len(round))
+		delivered := make([]bool, len(this))
 		send(sub, func(k int, err error) {
 			mu.Lock()
 			delivered[k] = err == nil
 			mu.Unlock()
-			report(round[k], err)
+			report(this[k], err)
 		})
 		var next []int
-		for k, j := range round {
+		for k, j := range this {
 			if delivered[k] {
 				next = append(next, behind[j]...)
 			} else {

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -32,7 +33,7 @@ func TestSendInRounds_FollowersGoInLaterRoundsAndStopBehindAFailure(t *testing.T
 	}
 	outcomes := map[int]error{}
 	var order []int
-	sendInRounds(msgs, follows, send, func(j int, err error) {
+	sendInRounds(context.Background(), msgs, follows, send, func(j int, err error) {
 		if _, twice := outcomes[j]; twice {
 			t.Errorf("message %d reported twice", j)
 		}
@@ -56,5 +57,34 @@ func TestSendInRounds_FollowersGoInLaterRoundsAndStopBehindAFailure(t *testing.T
 		if outcomes[j] != nil {
 			t.Errorf("message %d: %v, want delivered", j, outcomes[j])
 		}
+	}
+}
+
+// Once the delivery's deadline has passed, no further round goes: what is
+// left is reported not sent, for the caller to release.
+func TestSendInRounds_NoRoundAfterTheDeadline(t *testing.T) {
+	msgs := make([]sinks.Message, 4)
+	for i := range msgs {
+		msgs[i].ID = int64(i)
+	}
+	follows := []int{-1, 0, 1, 2} // one key's four rows
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sent := 0
+	send := func(sub []sinks.Message, report func(k int, err error)) {
+		sent += len(sub)
+		cancel() // the deadline passes during the first round
+		for k := range sub {
+			report(k, nil)
+		}
+	}
+	var skipped []int
+	sendInRounds(ctx, msgs, follows, send, func(j int, err error) {
+		if followsFailed(err) {
+			skipped = append(skipped, j)
+		}
+	})
+	if sent != 1 || !slices.Equal(skipped, []int{1, 2, 3}) {
+		t.Errorf("sent %d, skipped %v: want the first row sent and the rest left unsent", sent, skipped)
 	}
 }
