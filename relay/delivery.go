@@ -45,17 +45,23 @@ func (d *sinkDelivery) sendAll(ctx context.Context) {
 // again once it is available, while the deadline allows, and released
 // otherwise.
 func (d *sinkDelivery) sendEach(ctx context.Context, pending []int) {
-	for {
-		notAttempted := d.sendWithin(ctx, pending, nil)
-		if len(notAttempted) == 0 {
-			return
-		}
-		if ctx.Err() != nil || !d.waitAvailable(ctx) {
-			d.releaseRows(notAttempted, releaseDelay(ctx, d.cfg))
-			return
-		}
-		pending = notAttempted
+	for len(pending) > 0 {
+		pending = d.againOrRelease(ctx, d.sendWithin(ctx, pending, nil))
 	}
+}
+
+// againOrRelease takes the messages at indexes notAttempted, which the sink
+// did not attempt: it returns them to be sent again once the sink is
+// available again in time, and releases them (returning none) otherwise.
+func (d *sinkDelivery) againOrRelease(ctx context.Context, notAttempted []int) []int {
+	if len(notAttempted) == 0 {
+		return nil
+	}
+	if ctx.Err() != nil || !d.waitAvailable(ctx) {
+		d.releaseRows(notAttempted, releaseDelay(ctx, d.cfg))
+		return nil
+	}
+	return notAttempted
 }
 
 // releaseRows gives the messages at indexes back without a delivery (their

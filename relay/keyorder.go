@@ -100,8 +100,7 @@ func deliverInKeyOrder(ctx context.Context, d *sinkDelivery, chains *keychain.Ch
 // sendWave sends one wave of deliverInKeyOrder and returns the rows to
 // look at again: those left unsent behind a row that was not delivered
 // (what becomes of them depends on what became of it), and those the sink
-// did not attempt, once it is available again; it releases the latter
-// when it is not, in time.
+// did not attempt for its own reasons (againOrRelease).
 func (d *sinkDelivery) sendWave(ctx context.Context, wave, follows []int, order keyOrder) (again []int) {
 	var own []int
 	for _, i := range d.sendWithin(ctx, wave, follows) {
@@ -112,14 +111,7 @@ func (d *sinkDelivery) sendWave(ctx context.Context, wave, follows []int, order 
 			own = append(own, i)
 		}
 	}
-	if len(own) == 0 {
-		return again
-	}
-	if ctx.Err() != nil || !d.waitAvailable(ctx) {
-		d.releaseRows(own, releaseDelay(ctx, d.cfg))
-		return again
-	}
-	return append(again, own...)
+	return append(again, d.againOrRelease(ctx, own)...)
 }
 
 // keyOrder is the observer of deliverInKeyOrder's waves: it resolves each
