@@ -41,6 +41,11 @@ type DeadFilter struct {
 	ErrorIs string
 	// Since selects dead letters that failed at or after it.
 	Since time.Time
+	// Until selects dead letters that failed at or before it: a dry run's
+	// AsOf, so that the confirmed action acts on the letters the dry run
+	// counted, not on those that failed since. It does not count as a
+	// filter of its own (RetryDead and PurgeDead still want another).
+	Until time.Time
 	// Limit takes at most this many, oldest failure first; 0 takes all.
 	Limit int
 	// All lets RetryDead and PurgeDead select every dead letter when no
@@ -75,7 +80,7 @@ func (f DeadFilter) args() pgx.StrictNamedArgs {
 	topic, topicPattern := topicParams(f.Topic)
 	return pgx.StrictNamedArgs{
 		"ids": ids, "topic": topic, "topic_pattern": topicPattern, "key": nullString(f.Key),
-		"reason": nullString(f.Reason), "error_pattern": containsPattern(f.Error), "error_is": nullString(f.ErrorIs), "since": nullTime(f.Since),
+		"reason": nullString(f.Reason), "error_pattern": containsPattern(f.Error), "error_is": nullString(f.ErrorIs), "since": nullTime(f.Since), "until": nullTime(f.Until),
 		"limit": nullLimit(f.Limit), "destination": nullString(f.Destination),
 	}
 }
@@ -179,6 +184,9 @@ type RetryDeadResult struct {
 	// the refusal; fix or purge them. A dry run does not insert, so it
 	// finds none.
 	Refused []RefusedDeadLetter `json:"refused,omitempty"`
+	// AsOf is the database's time of a dry run: give it as Until to act
+	// on the dead letters the dry run counted and no others.
+	AsOf time.Time `json:"as_of,omitzero"`
 }
 
 // RefusedDeadLetter is a dead letter RetryDead left in place because the
@@ -220,7 +228,7 @@ func (a *Admin) RetryDead(ctx context.Context, opts RetryDeadOptions) (RetryDead
 			if err != nil {
 				return fmt.Errorf("retry dead letters: %w", err)
 			}
-			res.Matched, res.Retried, res.DeliveredIDs = m.Matched, m.Retried, m.Delivered
+			res.Matched, res.Retried, res.DeliveredIDs, res.AsOf = m.Matched, m.Retried, m.Delivered, m.AsOf
 			return nil
 		}
 		// All at once; when the hot table refuses one of them, the whole
@@ -250,6 +258,9 @@ type retryDeadMoved struct {
 	Matched   int64   `db:"matched"`
 	Retried   int64   `db:"retried"`
 	Delivered []int64 `db:"delivered_ids"`
+	// AsOf is the database's time of a dry run (queryDeadLettersRetryDry
+	// only).
+	AsOf time.Time `db:"as_of"`
 }
 
 // retryDeadMove runs queryDeadLettersRetry for the dead letters f selects,
@@ -343,8 +354,11 @@ type PurgeDeadOptions struct {
 // PurgeDeadResult says how many dead letters PurgeDead deleted, or would
 // delete in a dry run.
 type PurgeDeadResult struct {
-	DryRun bool  `json:"dry_run"`
-	Purged int64 `json:"purged"`
+	DryRun bool  `json:"dry_run" db:"-"`
+	Purged int64 `json:"purged" db:"purged"`
+	// AsOf is the database's time of a dry run: give it as Until to act
+	// on the dead letters the dry run counted and no others.
+	AsOf time.Time `json:"as_of,omitzero" db:"as_of"`
 }
 
 // PurgeDead deletes the dead letters opts selects. It returns ErrNoFilter
@@ -360,10 +374,11 @@ func (a *Admin) PurgeDead(ctx context.Context, opts PurgeDeadOptions) (PurgeDead
 	err := inTx(ctx, a.db, mutation(opts.DryRun), func(tx pgx.Tx) error {
 		if opts.DryRun {
 			rows, _ := tx.Query(ctx, a.q.deadLettersPurgeDry, opts.args())
-			var err error
-			if res.Purged, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64]); err != nil {
+			counted, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[PurgeDeadResult])
+			if err != nil {
 				return fmt.Errorf("count dead letters: %w", err)
 			}
+			res.Purged, res.AsOf = counted.Purged, counted.AsOf
 			return nil
 		}
 		tag, err := tx.Exec(ctx, a.q.deadLettersPurge, opts.args())

@@ -224,7 +224,7 @@ SELECT (SELECT count(*) FROM {schema}.archive) AS archive_rows,
 // deadLettersMatch selects dead letters by the DeadFilter arguments
 // (DeadFilter.args): @ids, @topic exactly, @topic_pattern (LIKE), @key,
 // @reason, @error_pattern (ILIKE), @error_is (the error text exactly),
-// failed at or after @since, @destination (DefaultSinkLabel for none), at
+// failed at or after @since and at or before @until, @destination (DefaultSinkLabel for none), at
 // most @limit (NULL: all), oldest failure first.
 const deadLettersMatch = `
   FROM {schema}.dead_letters AS d
@@ -236,6 +236,7 @@ const deadLettersMatch = `
    AND (@error_pattern::text IS NULL OR d.error ILIKE @error_pattern)
    AND (@error_is::text IS NULL OR d.error = @error_is)
    AND (@since::timestamptz IS NULL OR d.failed_at >= @since)
+   AND (@until::timestamptz IS NULL OR d.failed_at <= @until)
    AND (@destination::text IS NULL OR d.destination = @destination OR (@destination = '` + DefaultSinkLabel + `' AND d.destination IS NULL))
  ORDER BY d.failed_at, d.id
  LIMIT @limit`
@@ -276,8 +277,8 @@ const deadLettersJudge = `
 // CONFLICT covers a row with the same key inserted since the judgement
 // (into messages: the key is unique per generation's table); only dead
 // letters whose row was inserted are deleted. It returns the number
-// matched, the number moved (retried), and the ids of those left because
-// their key was delivered.
+// matched, the number moved (retried), the ids of those left because
+// their key was delivered, and the database's time.
 const queryDeadLettersRetry = `
 WITH picked AS (
     SELECT d.id, d.idempotency_key` + deadLettersMatch + `
@@ -300,7 +301,8 @@ WITH picked AS (
 )
 SELECT count(*) AS matched,
        (SELECT count(*) FROM deleted) AS retried,
-       coalesce(array_agg(id ORDER BY id) FILTER (WHERE verdict = 'delivered'), '{}') AS delivered_ids
+       coalesce(array_agg(id ORDER BY id) FILTER (WHERE verdict = 'delivered'), '{}') AS delivered_ids,
+       now() AS as_of
   FROM judged`
 
 // queryDeadLettersRetryJudged locks the matching dead letters and returns
@@ -314,13 +316,15 @@ WITH picked AS (
 SELECT id, verdict FROM judged ORDER BY id`
 
 // queryDeadLettersRetryDry is queryDeadLettersRetry's judgement without the
-// move, for dry runs: matched, would move (retried), delivered ids.
+// move, for dry runs: matched, would move (retried), delivered ids, and
+// the database's time (as_of), which the confirmed retry gives as @until.
 const queryDeadLettersRetryDry = `
 WITH picked AS (
     SELECT d.id, d.idempotency_key` + deadLettersMatch + deadLettersJudge + `
 SELECT count(*) AS matched,
        count(*) FILTER (WHERE verdict = 'retry') AS retried,
-       coalesce(array_agg(id ORDER BY id) FILTER (WHERE verdict = 'delivered'), '{}') AS delivered_ids
+       coalesce(array_agg(id ORDER BY id) FILTER (WHERE verdict = 'delivered'), '{}') AS delivered_ids,
+       now() AS as_of
   FROM judged`
 
 // queryDeadLettersPurge deletes the matching dead letters.
@@ -333,9 +337,11 @@ DELETE FROM {schema}.dead_letters AS d
  USING picked
  WHERE d.id = picked.id`
 
-// queryDeadLettersPurgeDry counts what queryDeadLettersPurge would delete.
+// queryDeadLettersPurgeDry counts what queryDeadLettersPurge would delete,
+// with the database's time (as_of), which the confirmed purge gives as
+// @until.
 const queryDeadLettersPurgeDry = `
-SELECT count(*) AS purged FROM (SELECT d.id` + deadLettersMatch + `) AS picked`
+SELECT count(*) AS purged, now() AS as_of FROM (SELECT d.id` + deadLettersMatch + `) AS picked`
 
 // queryDeadLettersGroups groups the dead letters by cause (reason and
 // error text), the @limit most numerous first, ties by latest failure,

@@ -2,10 +2,12 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/relay/admin"
 )
@@ -33,6 +35,30 @@ type confirmation struct {
 // confirmed reports whether the form carries confirm=yes (the second
 // step).
 func confirmed(r *http.Request) bool { return r.PostFormValue("confirm") == "yes" }
+
+// asOfField is the confirm form's field that carries the dry run's
+// database time: the confirmed action takes only the dead letters that
+// had failed by then, the ones the dry run counted, not those that failed
+// while the operator read the count.
+const asOfField = "as_of"
+
+// dryRunAsOf returns the dry run's time a confirm form carries, refusing a
+// form without one.
+func dryRunAsOf(r *http.Request) (time.Time, error) {
+	at, err := time.Parse(time.RFC3339Nano, r.PostFormValue(asOfField))
+	if err != nil {
+		return time.Time{}, errors.New("This confirmation does not say when its dry run counted the dead letters: start again from the dead letters.")
+	}
+	return at, nil
+}
+
+// bindDryRun makes a dry run's confirm form carry its time (asOfField);
+// a done action's page has no form.
+func (c *confirmation) bindDryRun(asOf time.Time) {
+	if !c.Done {
+		c.Fields = append(c.Fields, [2]string{asOfField, asOf.Format(time.RFC3339Nano)})
+	}
+}
 
 // selectionFields returns the hidden fields that repeat s.
 func selectionFields(s letterSelection) [][2]string {
@@ -99,7 +125,16 @@ func (h *Handler) retryDead(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	c := confirmation{Action: outboxPath(h.cfg.Prefix, o) + "dead/retry", Verb: "Retry", What: sel.describe(),
 		Fields: selectionFields(sel), Back: outboxPath(h.cfg.Prefix, o) + "dead"}
-	res, err := o.Admin.RetryDead(ctx, admin.RetryDeadOptions{DeadFilter: sel.filter(), DryRun: !confirmed(r)})
+	f := sel.filter()
+	if confirmed(r) {
+		asOf, err := dryRunAsOf(r)
+		if err != nil {
+			h.refuse(w, r, http.StatusBadRequest, err.Error())
+			return
+		}
+		f.Until = asOf
+	}
+	res, err := o.Admin.RetryDead(ctx, admin.RetryDeadOptions{DeadFilter: f, DryRun: !confirmed(r)})
 	if err != nil {
 		h.failed(w, r, "retry the dead letters", err)
 		return
@@ -112,6 +147,7 @@ func (h *Handler) retryDead(w http.ResponseWriter, r *http.Request) {
 		h.audit(ctx, r, o, "retry dead letters", sel.describe(), "retried", res.Retried, "skipped_pending", res.SkippedPending,
 			"skipped_delivered", res.SkippedDelivered, "refused", len(res.Refused))
 	}
+	c.bindDryRun(res.AsOf)
 	h.render(w, r, "confirm", h.newPage(r, c.Verb, &o, c))
 }
 
@@ -140,7 +176,16 @@ func (h *Handler) purgeDead(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	c := confirmation{Action: outboxPath(h.cfg.Prefix, o) + "dead/purge", Verb: "Purge", What: sel.describe(),
 		Fields: selectionFields(sel), Back: outboxPath(h.cfg.Prefix, o) + "dead"}
-	res, err := o.Admin.PurgeDead(ctx, admin.PurgeDeadOptions{DeadFilter: sel.filter(), DryRun: !confirmed(r)})
+	f := sel.filter()
+	if confirmed(r) {
+		asOf, err := dryRunAsOf(r)
+		if err != nil {
+			h.refuse(w, r, http.StatusBadRequest, err.Error())
+			return
+		}
+		f.Until = asOf
+	}
+	res, err := o.Admin.PurgeDead(ctx, admin.PurgeDeadOptions{DeadFilter: f, DryRun: !confirmed(r)})
 	if err != nil {
 		h.failed(w, r, "purge the dead letters", err)
 		return
@@ -151,6 +196,7 @@ func (h *Handler) purgeDead(w http.ResponseWriter, r *http.Request) {
 		c.Result = fmt.Sprintf("Purged %d dead letters: they are deleted, and will not be delivered.", res.Purged)
 		h.audit(ctx, r, o, "purge dead letters", sel.describe(), "purged", res.Purged)
 	}
+	c.bindDryRun(res.AsOf)
 	h.render(w, r, "confirm", h.newPage(r, c.Verb, &o, c))
 }
 

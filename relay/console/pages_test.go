@@ -2,12 +2,14 @@ package console_test
 
 import (
 	"context"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -159,6 +161,17 @@ func signedIn(t *testing.T, srv *httptest.Server, secret string) (*http.Client, 
 	return client, token
 }
 
+// dryRunAsOf returns the dry run's time that the confirm form of a dry
+// run's page carries.
+func dryRunAsOf(t *testing.T, page string) string {
+	t.Helper()
+	m := regexp.MustCompile(`<input type="hidden" name="as_of" value="([^"]+)">`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("the dry run's page has no as_of field:\n%s", page)
+	}
+	return html.UnescapeString(m[1])
+}
+
 func post(t *testing.T, client *http.Client, u string, form url.Values) (int, string) {
 	t.Helper()
 	resp, err := client.PostForm(u, form)
@@ -186,7 +199,7 @@ func TestActionsCountFirstThenChangeOnConfirmation(t *testing.T) {
 	if n := db.CountWhere(t, "dead_letters", "id = -1001"); n != 1 {
 		t.Fatalf("the dry run purged the letter")
 	}
-	status, body = post(t, client, base+"dead/purge", url.Values{"csrf": {token}, "id": {"-1001"}, "confirm": {"yes"}})
+	status, body = post(t, client, base+"dead/purge", url.Values{"csrf": {token}, "id": {"-1001"}, "confirm": {"yes"}, "as_of": {dryRunAsOf(t, body)}})
 	if status != http.StatusOK || !strings.Contains(body, "Purged 1 dead letters") || db.CountWhere(t, "dead_letters", "id = -1001") != 0 {
 		t.Fatalf("purge: %d\n%s", status, body)
 	}
@@ -196,12 +209,20 @@ func TestActionsCountFirstThenChangeOnConfirmation(t *testing.T) {
 	if _, body = post(t, client, base+"dead/retry", group); !strings.Contains(body, `<strong id="count">2</strong>`) {
 		t.Fatalf("retry dry run:\n%s", body)
 	}
+	// A letter of the group that fails after the dry run is not taken
+	// by its confirmation: the operator confirmed two.
+	db.Exec(t, `INSERT INTO %s.dead_letters (id, topic, payload, idempotency_key, attempts, reason, error, failed_at, created_at)
+	  VALUES (-1099, 'late', '{}', 'd-late', 9, 'exhausted', $1, now() + interval '1 second', now())`, group.Get("error"))
 	group.Set("confirm", "yes")
+	if status, _ = post(t, client, base+"dead/retry", group); status != http.StatusBadRequest {
+		t.Errorf("a confirmation without its dry run's time: %d, want 400", status)
+	}
+	group.Set("as_of", dryRunAsOf(t, body))
 	if _, body = post(t, client, base+"dead/retry", group); !strings.Contains(body, "Retried 2 dead letters") {
 		t.Fatalf("retry:\n%s", body)
 	}
-	if n := db.CountWhere(t, "dead_letters", "reason = 'exhausted'"); n != 0 {
-		t.Errorf("%d exhausted letters left after retrying their group", n)
+	if n := db.CountWhere(t, "dead_letters", "reason = 'exhausted'"); n != 1 || db.CountWhere(t, "dead_letters", "id = -1099") != 1 {
+		t.Errorf("%d exhausted letters left after retrying their group, want the one that failed after the dry run", n)
 	}
 	if n := db.CountWhere(t, "messages_all", "idempotency_key IN ('d-3', 'd-5')"); n != 2 {
 		t.Errorf("%d of the retried letters are back in the hot table, want 2 (d-1 was purged)", n)

@@ -10,6 +10,7 @@ SELECT d.id, d.topic, coalesce(d.key, '') AS key, d.idempotency_key, coalesce(d.
    AND (@error_pattern::text IS NULL OR d.error ILIKE @error_pattern)
    AND (@error_is::text IS NULL OR d.error = @error_is)
    AND (@since::timestamptz IS NULL OR d.failed_at >= @since)
+   AND (@until::timestamptz IS NULL OR d.failed_at <= @until)
    AND (@destination::text IS NULL OR d.destination = @destination OR (@destination = '(default)' AND d.destination IS NULL))
  ORDER BY d.failed_at, d.id
  LIMIT @limit

@@ -1,4 +1,4 @@
-SELECT count(*) AS purged FROM (SELECT d.id
+SELECT count(*) AS purged, now() AS as_of FROM (SELECT d.id
   FROM "outbox".dead_letters AS d
  WHERE (@ids::bigint[] IS NULL OR d.id = ANY (@ids))
    AND (@topic::text IS NULL OR d.topic = @topic)
@@ -8,6 +8,7 @@ SELECT count(*) AS purged FROM (SELECT d.id
    AND (@error_pattern::text IS NULL OR d.error ILIKE @error_pattern)
    AND (@error_is::text IS NULL OR d.error = @error_is)
    AND (@since::timestamptz IS NULL OR d.failed_at >= @since)
+   AND (@until::timestamptz IS NULL OR d.failed_at <= @until)
    AND (@destination::text IS NULL OR d.destination = @destination OR (@destination = '(default)' AND d.destination IS NULL))
  ORDER BY d.failed_at, d.id
  LIMIT @limit) AS picked

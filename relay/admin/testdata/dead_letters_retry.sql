@@ -9,6 +9,7 @@ WITH picked AS (
    AND (@error_pattern::text IS NULL OR d.error ILIKE @error_pattern)
    AND (@error_is::text IS NULL OR d.error = @error_is)
    AND (@since::timestamptz IS NULL OR d.failed_at >= @since)
+   AND (@until::timestamptz IS NULL OR d.failed_at <= @until)
    AND (@destination::text IS NULL OR d.destination = @destination OR (@destination = '(default)' AND d.destination IS NULL))
  ORDER BY d.failed_at, d.id
  LIMIT @limit
@@ -41,5 +42,6 @@ WITH picked AS (
 )
 SELECT count(*) AS matched,
        (SELECT count(*) FROM deleted) AS retried,
-       coalesce(array_agg(id ORDER BY id) FILTER (WHERE verdict = 'delivered'), '{}') AS delivered_ids
+       coalesce(array_agg(id ORDER BY id) FILTER (WHERE verdict = 'delivered'), '{}') AS delivered_ids,
+       now() AS as_of
   FROM judged
