@@ -9,12 +9,15 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
 // The README is short and the reference lives in docs/, one page per
@@ -456,5 +459,34 @@ func TestDocs_MetricsDocumented(t *testing.T) {
 		if !served[name] {
 			t.Errorf("%s documents %s, which the relay does not register", operationsPage, name)
 		}
+	}
+}
+
+// TestDocs_MigrateOutputShowsTheLatestVersion: wherever the README or a
+// docs page shows what `migrate` prints, it shows the version this binary
+// migrates to (docs/operations.md showed 16 when the binary printed 25).
+func TestDocs_MigrateOutputShowsTheLatestVersion(t *testing.T) {
+	pages, err := filepath.Glob(repoFile("docs/*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages = append(pages, repoFile("README.md"))
+	shown := regexp.MustCompile(`migrated to version (\d+) \((\d+) migrations applied\)`)
+	want := strconv.Itoa(int(migrations.Latest()))
+	found := 0
+	for _, page := range pages {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range shown.FindAllStringSubmatch(string(b), -1) {
+			found++
+			if m[1] != want || m[2] != want {
+				t.Errorf("%s shows %q; migrate prints version %s now", filepath.Base(page), m[0], want)
+			}
+		}
+	}
+	if found == 0 {
+		t.Error("no page shows what migrate prints (docs/operations.md did)")
 	}
 }

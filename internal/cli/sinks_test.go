@@ -23,7 +23,7 @@ const developmentPage = "docs/development.md"
 var addingASink = []string{
 	"sinks/<name>", "sinktest.Run", "sinktest.RunHostile", "sinktest.FuzzHostile",
 	"internal/cli/sink_<name>.go", "sinkKind", "sinkKinds",
-	"hostileSinks", "settingsBase", "sampleValues", "docs/sinks.md", "docs/operations.md",
+	"hostileSinks", "settingsBase", "sampleValues", "docs/sinks.md", "docs/operations.md", "docs/security.md",
 	"TestDocs_ConfigReference", "values.schema.json", "_helpers.tpl",
 }
 
@@ -32,7 +32,7 @@ var addingASink = []string{
 // sinks/ runs the conformance and hostile-row suites, its file in
 // internal/cli declares its variables under its prefix with an enabling
 // variable and a delivery timeout that RELAY_LEASE covers, and the test
-// lists, docs/sinks.md and docs/operations.md have it.
+// lists, docs/sinks.md, docs/operations.md and docs/security.md have it.
 func TestSinkKinds_HaveWhatAddingASinkLists(t *testing.T) {
 	t.Parallel()
 	section := docSection(t, developmentPage, "Adding a sink")
@@ -49,6 +49,7 @@ func TestSinkKinds_HaveWhatAddingASinkLists(t *testing.T) {
 		t.Fatalf("settingsBase: %v", err)
 	}
 	sinksPage := readDoc(t, "docs/sinks.md")
+	untrusted := docSection(t, "docs/security.md", "Rows are untrusted input")
 	routing := strings.Join(strings.Fields(docSection(t, "docs/sinks.md", "Routing")), " ")
 	seen := map[string]bool{}
 	for i, k := range sinkKinds {
@@ -139,6 +140,12 @@ func TestSinkKinds_HaveWhatAddingASinkLists(t *testing.T) {
 			// The binary runs the hostile rows through it.
 			if !slices.ContainsFunc(hostileSinks, func(s hostileSink) bool { return s.name == k.name }) {
 				t.Errorf("hostileSinks (hostile_rows_process_test.go) has no entry %q", k.name)
+			}
+
+			// docs/security.md's bounds on a row's parts give its limits,
+			// naming one of its variables.
+			if !strings.Contains(untrusted, "`"+k.prefix) {
+				t.Errorf("docs/security.md, Rows are untrusted input, names no variable of the %s sink (%s…): say what it bounds", k.name, k.prefix)
 			}
 
 			// docs/sinks.md routes to it and has its section, which names
