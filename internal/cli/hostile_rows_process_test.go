@@ -21,6 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/testkit/redistest"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/sqstest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/webhooktest"
 	"github.com/outbox-relay/outbox-relay/sinks"
 	pubsubsink "github.com/outbox-relay/outbox-relay/sinks/pubsub"
@@ -38,7 +39,9 @@ import (
 // arrives; every hostile row is delivered or dead-lettered, as permanent
 // on its first attempt unless only its topic is hostile (a topic no
 // destination routes may be retried until its attempts run out); no
-// broker connection is lost.
+// broker connection is lost. Beside them, a row due at the earliest time
+// PostgreSQL has is delivered and one due at its latest finite time waits
+// in the hot table, holding up no other row.
 
 // hostileSink is one sink the suite runs the binary with.
 type hostileSink struct {
@@ -167,6 +170,10 @@ func TestProcess_HostileRowsStopNothing(t *testing.T) {
 	}
 }
 
+// farFuture is the idempotency key of the hostile rows' row due at the
+// latest finite time PostgreSQL has.
+const farFuture = "ordinary-due-294276-ad"
+
 func testHostileRowsStopNothing(t *testing.T, s hostileSink, mode string) {
 	db := dbtest.New(t)
 	env, arrived := s.start(t, db)
@@ -203,7 +210,19 @@ func testHostileRowsStopNothing(t *testing.T, s hostileSink, mode string) {
 			}
 		}
 	}
-	stored := db.ExecEachAsRelay(t, `INSERT INTO %s.messages (topic, payload, key, headers, idempotency_key) VALUES ($1, $2, $3, $4::jsonb, $5)`, args)
+	// available_at at its edges: the earliest time PostgreSQL has is due
+	// (delivered, whatever the claim floor makes of it), the latest finite
+	// one is not due for eight thousand years (it waits, holding nothing
+	// up); infinity is refused at insert.
+	for i := range args {
+		args[i] = append(args[i], nil)
+	}
+	args = append(args,
+		[]any{sinktest.Topic, []byte(`{"due": "4713 BC"}`), "k-0", nil, "ordinary-due-4713-bc", "4713-01-01 00:00:00+00 BC"},
+		[]any{sinktest.Topic, []byte(`{"due": "294276 AD"}`), "k-far-future", nil, farFuture, "294276-12-31 00:00:00+00"})
+	ordinary = append(ordinary, "ordinary-due-4713-bc")
+	stored := db.ExecEachAsRelay(t, `INSERT INTO %s.messages (topic, payload, key, headers, idempotency_key, available_at)
+	  VALUES ($1, $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, now()))`, args)
 	kept := 0
 	for i, ok := range stored {
 		key := args[i][4].(string)
@@ -219,7 +238,12 @@ func testHostileRowsStopNothing(t *testing.T, s hostileSink, mode string) {
 
 	p := startProcess(t, append(env, "DATABASE_URL="+db.URL, "RELAY_SCHEMA="+db.Name, "RELAY_MODE="+mode,
 		"RELAY_MAX_ATTEMPTS=3", "RELAY_BACKOFF_MIN=50ms", "RELAY_BACKOFF_MAX=200ms")...)
-	relaytest.WaitDrained(t, db, 120*time.Second)
+	waitfor.Condition(t, 120*time.Second, "every due row delivered or dead-lettered", func() bool {
+		return db.CountWhere(t, "messages_all", "idempotency_key <> '"+farFuture+"'") == 0
+	})
+	if db.CountWhere(t, "messages_all", "idempotency_key = '"+farFuture+"'") != 1 {
+		t.Errorf("the row due in 294276 AD left the hot table")
+	}
 
 	delivered := relaytest.Archive(t, db, "true")
 	dead := map[string][2]string{}
