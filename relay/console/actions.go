@@ -96,7 +96,8 @@ func (s letterSelection) describe() string {
 }
 
 // letterAction reads the selection of a dead-letter action, refusing an
-// empty one (an action never takes every dead letter from the console).
+// empty one (an action never takes every dead letter from the console),
+// and a confirmation that does not carry its dry run's time.
 func (h *Handler) letterAction(w http.ResponseWriter, r *http.Request) (Outbox, letterSelection, bool) {
 	o, ok := h.findOutbox(w, r)
 	if !ok {
@@ -110,6 +111,12 @@ func (h *Handler) letterAction(w http.ResponseWriter, r *http.Request) (Outbox, 
 	if sel.empty() {
 		h.refuse(w, r, http.StatusBadRequest, "Select dead letters first: tick some, or act on a group.")
 		return o, sel, false
+	}
+	if confirmed(r) {
+		if sel.asOf, err = dryRunAsOf(r); err != nil {
+			h.refuse(w, r, http.StatusBadRequest, err.Error())
+			return o, sel, false
+		}
 	}
 	return o, sel, true
 }
@@ -125,16 +132,7 @@ func (h *Handler) retryDead(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	c := confirmation{Action: outboxPath(h.cfg.Prefix, o) + "dead/retry", Verb: "Retry", What: sel.describe(),
 		Fields: selectionFields(sel), Back: outboxPath(h.cfg.Prefix, o) + "dead"}
-	f := sel.filter()
-	if confirmed(r) {
-		asOf, err := dryRunAsOf(r)
-		if err != nil {
-			h.refuse(w, r, http.StatusBadRequest, err.Error())
-			return
-		}
-		f.Until = asOf
-	}
-	res, err := o.Admin.RetryDead(ctx, admin.RetryDeadOptions{DeadFilter: f, DryRun: !confirmed(r)})
+	res, err := o.Admin.RetryDead(ctx, admin.RetryDeadOptions{DeadFilter: sel.filter(), DryRun: !confirmed(r)})
 	if err != nil {
 		h.failed(w, r, "retry the dead letters", err)
 		return
@@ -176,16 +174,7 @@ func (h *Handler) purgeDead(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	c := confirmation{Action: outboxPath(h.cfg.Prefix, o) + "dead/purge", Verb: "Purge", What: sel.describe(),
 		Fields: selectionFields(sel), Back: outboxPath(h.cfg.Prefix, o) + "dead"}
-	f := sel.filter()
-	if confirmed(r) {
-		asOf, err := dryRunAsOf(r)
-		if err != nil {
-			h.refuse(w, r, http.StatusBadRequest, err.Error())
-			return
-		}
-		f.Until = asOf
-	}
-	res, err := o.Admin.PurgeDead(ctx, admin.PurgeDeadOptions{DeadFilter: f, DryRun: !confirmed(r)})
+	res, err := o.Admin.PurgeDead(ctx, admin.PurgeDeadOptions{DeadFilter: sel.filter(), DryRun: !confirmed(r)})
 	if err != nil {
 		h.failed(w, r, "purge the dead letters", err)
 		return

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/relay/admin"
 )
@@ -40,6 +41,9 @@ type letterSelection struct {
 	ErrorIs string
 	Topic   string
 	Key     string
+	// asOf is a confirmation's dry-run time (asOfField): only letters
+	// that had failed by then are taken. Zero outside a confirmation.
+	asOf time.Time
 }
 
 // selectionOf reads a selection from r's form (query and body).
@@ -58,7 +62,7 @@ func selectionOf(r *http.Request) (letterSelection, error) {
 // filter is the selection as admin's filter; a group's error is matched
 // exactly, and a topic exactly (no pattern).
 func (s letterSelection) filter() admin.DeadFilter {
-	return admin.DeadFilter{IDs: s.IDs, Reason: s.Reason, ErrorIs: s.ErrorIs, Topic: escapeLike(s.Topic), Key: s.Key}
+	return admin.DeadFilter{IDs: s.IDs, Reason: s.Reason, ErrorIs: s.ErrorIs, Topic: escapeLike(s.Topic), Key: s.Key, Until: s.asOf}
 }
 
 // empty reports whether the selection selects nothing in particular.
