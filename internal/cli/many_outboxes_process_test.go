@@ -369,6 +369,12 @@ func TestProcess_ManyOutboxes_ListedSchemaDroppedLeavesTheOtherDelivering(t *tes
 	anyOne := startProcess(t, append(env, "RELAY_READY_WHEN=any", "RELAY_ID=any")...)
 	waitReady(t, all, 200)
 	waitReady(t, anyOne, 200)
+	// Both serve b before it is dropped: /readyz with any answers 200 once
+	// a has started, and a relay still starting b would migrate the
+	// dropped schema afresh, as it does any listed schema on its first
+	// start.
+	waitLogAll(t, all, `"relay started"`, schemaAttr(b.Name))
+	waitLogAll(t, anyOne, `"relay started"`, schemaAttr(b.Name))
 
 	const n = 100
 	relaytest.InsertRows(t, b, n, "b.created")
