@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/relay/internal/horizon"
 	"github.com/outbox-relay/outbox-relay/relay/internal/rotation"
 )
 
@@ -19,7 +20,7 @@ func newRotation(cfg *Config, pool *pgxpool.Pool, log *slog.Logger) *rotation.Ro
 	m := cfg.Metrics
 	return rotation.New(rotation.Config{
 		DB:         pool,
-		Statements: rotation.Render(pgx.Identifier{cfg.Schema}.Sanitize()),
+		Statements: rotation.Render(pgx.Identifier{cfg.Schema}.Sanitize(), horizon.OldestAgeXids),
 		Every:      cfg.HotRotation,
 		Logger:     log,
 		Redact:     redactConnError,

@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
+	"github.com/outbox-relay/outbox-relay/internal/testkit/natstest"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/webhooktest"
@@ -233,4 +236,63 @@ func TestProcess_HotRotationOff(t *testing.T) {
 	if n := metricValue(relay.metrics(), "outbox_relay_hot_rotations_total"); n != 0 {
 		t.Errorf("outbox_relay_hot_rotations_total %g, want 0", n)
 	}
+}
+
+// TestProcess_TheHotTableTurnsFasterWhileTheHorizonIsHeld runs the binary
+// with RELAY_HOT_ROTATION=20s on a database of its own while a writer
+// inserts. A transaction holding an id, older than the current generation
+// once the next rotation has happened, makes the generations turn every
+// 5 s (a quarter), which the log says: four rotations come within 40 s,
+// where at the usual pace they take at least 60. Once it ends, the log
+// says the usual pace is back; every row arrives once. The database is the
+// test's own: other tests' transactions would hold its horizon too.
+func TestProcess_TheHotTableTurnsFasterWhileTheHorizonIsHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.NewDatabase(t)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	db := &dbtest.Schema{Name: "outbox", Pool: pool, URL: url}
+	srv := natstest.Start(t)
+	srv.CreateStream(t, "S", "events.>")
+	p := startProcess(t, "DATABASE_URL="+url, "NATS_URL="+srv.URL(), "RELAY_HOT_ROTATION=20s")
+	p.waitLog(`"relay started"`)
+	w := startWriter(t, db, "events.created")
+	current := func() int64 {
+		var g int64
+		if err := pool.QueryRow(ctx, "SELECT generation FROM outbox.message_generations WHERE state = 'current'").Scan(&g); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+
+	holder, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	if _, err := holder.Exec(ctx, "BEGIN; SELECT txid_current()"); err != nil {
+		t.Fatal(err)
+	}
+	before := current()
+	waitfor.Condition(t, 60*time.Second, "a generation begun after the transaction", func() bool { return current() > before })
+	p.waitLog("the generations turn faster")
+	began, from := time.Now(), current()
+	waitfor.Condition(t, 60*time.Second, "four more generations while the horizon is held", func() bool { return current() >= from+4 })
+	took := time.Since(began)
+	t.Logf("four rotations while the horizon was held: %s", took.Round(100*time.Millisecond))
+	if took >= 40*time.Second {
+		t.Errorf("four rotations took %s while the horizon was held: at a quarter of RELAY_HOT_ROTATION=20s they take about 20s", took.Round(time.Second))
+	}
+	if _, err := holder.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog("the generations turn at their usual pace")
+
+	inserted := w.halt(t)
+	relaytest.WaitDrained(t, db, relaytest.Budget(inserted))
+	relaytest.AssertStreamMatchesArchive(t, db, srv, "S", inserted)
 }

@@ -86,6 +86,14 @@ SELECT holder, pid, coalesce(name, '') AS name, coalesce(usename, '') AS usename
  ORDER BY age_xids DESC, age_seconds DESC NULLS LAST
  LIMIT @limit`
 
+// OldestAgeXids is an SQL expression (a scalar subquery) whose value is
+// the age in transaction ids of the oldest holder of the current
+// database's xmin horizon, whoever holds it (0 when none): the holders the
+// readings count (holding). The hot table's rotator compares it with its
+// current generation's (relay/internal/rotation, Render).
+var OldestAgeXids = `(SELECT coalesce(max(h.age_xids), 0) FROM (` + holding("", "", "") + `
+       ) AS h)`
+
 // queryReadAllStats reads whether the reader sees when every session's
 // transaction started (it has the privileges of pg_read_all_stats).
 const queryReadAllStats = `
@@ -99,5 +107,6 @@ func Statements() map[string]string {
 		"gauge_horizon":   queryHorizonAge,
 		"horizon_holders": queryHorizonHolders,
 		"read_all_stats":  queryReadAllStats,
+		"oldest_age_xids": OldestAgeXids,
 	}
 }

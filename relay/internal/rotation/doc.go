@@ -64,6 +64,20 @@
 //     statistics of its own rows; where autovacuum is off, nothing else
 //     would analyze it).
 //
+// # The pace
+//
+// A generation stays current for Every, and a draining one drains for
+// Every before its waiting rows are carried. While the oldest holder of
+// the database's horizon is older than the current generation
+// (Statements.Pinned: its age in transaction ids, from the expression
+// Render was given, against the age of the current table's catalog row,
+// written by the rotation that made it current), none of the dead
+// versions the generation gathers can be vacuumed: then both take
+// PinnedEvery (a quarter of Every), rounds come sooner, and the rotator
+// logs the change of pace, and again when it ends. A holder younger than
+// the current generation does not count: vacuum can still clean what the
+// generation gathered before it.
+//
 // One round at a time per schema (an advisory lock: another relay's call
 // meanwhile does nothing). A step that cannot have its locks gives up until
 // the next round; after three rounds in a row the rotator warns, and it

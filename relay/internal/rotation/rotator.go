@@ -90,8 +90,16 @@ type Config struct {
 	// Every is how long a generation stays current (DefaultEvery when
 	// zero).
 	Every time.Duration
-	// Interval is the pause between rounds; zero: a quarter of Every, at
-	// most 10 seconds.
+	// PinnedEvery is how long a generation stays current, and drains
+	// before its waiting rows are carried, while the oldest holder of the
+	// horizon is older than the current generation (Statements.Pinned):
+	// none of its dead versions can be vacuumed then, and only emptying
+	// the generation frees them. Zero: a quarter of Every, at least a
+	// second (and at most Every).
+	PinnedEvery time.Duration
+	// Interval is the pause between rounds; zero: a quarter of the
+	// generations' pace (Every, or PinnedEvery while pinned), at least
+	// 100 ms and at most 10 seconds.
 	Interval time.Duration
 	// LockWait bounds each wait for the locks that emptying and rotating
 	// take (DefaultLockWait when zero).
@@ -116,6 +124,10 @@ type Rotator struct {
 	// busy counts, per step, the rounds in a row that could not have
 	// their locks.
 	busy map[string]int
+	// pinned records that the last round found the horizon older than
+	// the current generation, so that the generations turn every
+	// PinnedEvery and rounds come sooner.
+	pinned bool
 }
 
 // New returns a rotator configured by cfg.
@@ -123,8 +135,8 @@ func New(cfg Config) *Rotator {
 	if cfg.Every <= 0 {
 		cfg.Every = DefaultEvery
 	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = min(max(cfg.Every/4, 100*time.Millisecond), maxInterval)
+	if cfg.PinnedEvery <= 0 {
+		cfg.PinnedEvery = min(max(cfg.Every/4, time.Second), cfg.Every)
 	}
 	if cfg.LockWait <= 0 {
 		cfg.LockWait = DefaultLockWait
@@ -143,7 +155,7 @@ func New(cfg Config) *Rotator {
 
 // Run runs a round every Interval until ctx ends.
 func (r *Rotator) Run(ctx context.Context) {
-	t := time.NewTicker(r.cfg.Interval)
+	t := time.NewTimer(r.interval())
 	defer t.Stop()
 	for {
 		select {
@@ -151,8 +163,28 @@ func (r *Rotator) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			r.Round(ctx)
+			t.Reset(r.interval())
 		}
 	}
+}
+
+// every is how long a generation stays current at the pace of the last
+// round: Every, or PinnedEvery while the horizon is older than the
+// current generation.
+func (r *Rotator) every() time.Duration {
+	if r.pinned {
+		return r.cfg.PinnedEvery
+	}
+	return r.cfg.Every
+}
+
+// interval is the pause before the next round: Config.Interval, or a
+// quarter of every(), at least 100 ms and at most 10 seconds.
+func (r *Rotator) interval() time.Duration {
+	if r.cfg.Interval > 0 {
+		return r.cfg.Interval
+	}
+	return min(max(r.every()/4, 100*time.Millisecond), maxInterval)
 }
 
 // Round carries the oldest draining generation's waiting rows forward,
@@ -176,9 +208,10 @@ func (r *Rotator) Round(ctx context.Context) {
 
 // round runs the steps of a round.
 func (r *Rotator) round(ctx context.Context) error {
-	// A step that fails does not hold the others up: a carry that fails
+	// A step that fails does not hold the others up: a horizon that
+	// cannot be read leaves the pace as it was, and a carry that fails
 	// still lets a drained generation be emptied and the hot table rotate.
-	carryErr := r.carry(ctx)
+	carryErr := errors.Join(r.readPinned(ctx), r.carry(ctx))
 	if err := r.empty(ctx); err != nil {
 		return errors.Join(carryErr, err)
 	}
@@ -217,7 +250,7 @@ func (r *Rotator) carry(ctx context.Context) error {
 	}
 	for ctx.Err() == nil {
 		rows, err := r.cfg.DB.Query(ctx, r.cfg.Statements.Carry, pgx.StrictNamedArgs{
-			"chunk": r.cfg.Chunk, "lock_wait_ms": r.lockWaitMS(), "settle_s": r.cfg.Every.Seconds(),
+			"chunk": r.cfg.Chunk, "lock_wait_ms": r.lockWaitMS(), "settle_s": r.every().Seconds(),
 		})
 		var res result
 		if err == nil {
@@ -260,7 +293,7 @@ func (r *Rotator) empty(ctx context.Context) error {
 // old enough.
 func (r *Rotator) rotate(ctx context.Context) error {
 	rows, err := r.cfg.DB.Query(ctx, r.cfg.Statements.Rotate, pgx.StrictNamedArgs{
-		"every_s": r.cfg.Every.Seconds(), "lock_wait_ms": r.lockWaitMS(),
+		"every_s": r.every().Seconds(), "lock_wait_ms": r.lockWaitMS(),
 	})
 	if err != nil {
 		return fmt.Errorf("rotate: %w", err)
@@ -280,6 +313,36 @@ func (r *Rotator) rotate(ctx context.Context) error {
 			r.cfg.Hooks.Rotated(*res.Generation)
 		}
 	}
+	return nil
+}
+
+// readPinned reads whether the oldest holder of the horizon is older than
+// the current generation (Statements.Pinned), and logs when that changes
+// the pace of the generations.
+func (r *Rotator) readPinned(ctx context.Context) error {
+	if r.cfg.Statements.Pinned == "" || r.cfg.PinnedEvery >= r.cfg.Every {
+		return nil
+	}
+	rows, err := r.cfg.DB.Query(ctx, r.cfg.Statements.Pinned)
+	if err != nil {
+		return fmt.Errorf("read whether the horizon is older than the current generation: %w", err)
+	}
+	pinned, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+	if errors.Is(err, pgx.ErrNoRows) {
+		pinned, err = false, nil // no current generation: the old layout, or a migration under way
+	}
+	if err != nil {
+		return fmt.Errorf("read whether the horizon is older than the current generation: %w", err)
+	}
+	switch {
+	case pinned && !r.pinned:
+		r.cfg.Logger.Info("a transaction older than the hot table's current generation holds the MVCC horizon: its dead row versions cannot be vacuumed, so the generations turn faster until it ends",
+			"every", r.cfg.PinnedEvery, "instead_of", r.cfg.Every, "metric", "outbox_relay_oldest_xmin_age_transactions")
+	case !pinned && r.pinned:
+		r.cfg.Logger.Info("the MVCC horizon is younger than the hot table's current generation again: the generations turn at their usual pace",
+			"every", r.cfg.Every)
+	}
+	r.pinned = pinned
 	return nil
 }
 

@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/relay/internal/horizon"
 )
 
 // rotatorOf returns a rotator of db's hot table that rotates as soon as a
@@ -20,7 +23,7 @@ import (
 func rotatorOf(db *dbtest.Schema, hooks Hooks, log *slog.Logger) *Rotator {
 	return New(Config{
 		DB:         db.Pool,
-		Statements: Render(pgx.Identifier{db.Name}.Sanitize()),
+		Statements: Render(pgx.Identifier{db.Name}.Sanitize(), ""),
 		Every:      time.Millisecond,
 		Chunk:      2,
 		Logger:     log,
@@ -412,5 +415,107 @@ func TestRotate_YourTriggersMoveWithHowTheyFire(t *testing.T) {
 	}
 	if !slices.Equal(fired, []string{"yours_always", "yours_origin"}) {
 		t.Errorf("an insert into the new messages fired %v, want yours_always and yours_origin", fired)
+	}
+}
+
+// TestRound_TurnsFasterWhileAnOlderTransactionHoldsTheHorizon: a rotator
+// whose generations stay current an hour, and turn every millisecond while
+// the horizon is older than the current generation. A transaction that
+// took its id before the current generation began (a rotation of another
+// rotator's made it) holds the horizon: the next rounds rotate, and say
+// why. Once it commits, rounds go back to the
+// hour; a transaction younger than the current generation does not count.
+// The test has a database of its own: other tests' transactions on the
+// server's shared database would hold its horizon too.
+func TestRound_TurnsFasterWhileAnOlderTransactionHoldsTheHorizon(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.NewDatabase(t)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	db := &dbtest.Schema{Name: "outbox", Pool: pool, URL: url}
+	conn := db.Conn(t)
+	if _, err := migrations.Apply(ctx, conn, db.Name); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	r := New(Config{
+		DB:          pool,
+		Statements:  Render(pgx.Identifier{db.Name}.Sanitize(), horizon.OldestAgeXids),
+		Every:       time.Hour,
+		PinnedEvery: time.Millisecond,
+		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	generation := func() int64 {
+		t.Helper()
+		gens, err := r.Generations(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range gens {
+			if g.State == "current" {
+				return g.Generation
+			}
+		}
+		t.Fatalf("no current generation: %+v", gens)
+		return 0
+	}
+	// Each round follows an insert whose row is then settled (deleted),
+	// so that the drained generation can be emptied and a spare is ready.
+	insertThenRound := func(r *Rotator) {
+		t.Helper()
+		db.Exec(t, "INSERT INTO "+db.Table("messages")+" (topic, payload) VALUES ('t', 'x')")
+		db.Exec(t, "DELETE FROM "+db.Table("messages_all"))
+		time.Sleep(2 * time.Millisecond)
+		r.Round(ctx)
+	}
+	other := New(Config{DB: pool, Statements: Render(pgx.Identifier{db.Name}.Sanitize(), ""), Every: time.Millisecond})
+	hold := func() pgx.Tx {
+		t.Helper()
+		tx, err := db.Conn(t).Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "SELECT txid_current()"); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+
+	first := generation()
+	insertThenRound(r)
+	if g := generation(); g != first || r.interval() != 10*time.Second {
+		t.Fatalf("unpinned: generation %d (want %d), next round in %s: want the hour's pace", g, first, r.interval())
+	}
+
+	older := hold()
+	insertThenRound(other) // the current generation begins after older
+	insertThenRound(r)
+	if g := generation(); g != first+2 {
+		t.Fatalf("held by a transaction older than the generation: generation %d, want %d\n%s", g, first+2, logs.String())
+	}
+	if !strings.Contains(logs.String(), "the generations turn faster") || r.interval() != 100*time.Millisecond {
+		t.Fatalf("no word of the faster pace, or rounds not sooner (%s):\n%s", r.interval(), logs.String())
+	}
+	insertThenRound(r)
+	if g := generation(); g != first+3 {
+		t.Fatalf("still held: generation %d, want %d", g, first+3)
+	}
+	if err := older.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	younger := hold() // younger than the current generation
+	defer younger.Rollback(ctx)
+	insertThenRound(r)
+	insertThenRound(r)
+	if g := generation(); g != first+3 {
+		t.Fatalf("held only by a transaction younger than the generation: generation %d, want %d", g, first+3)
+	}
+	if !strings.Contains(logs.String(), "the generations turn at their usual pace") || r.interval() != 10*time.Second {
+		t.Fatalf("no word of the usual pace again, or rounds not back to it (%s):\n%s", r.interval(), logs.String())
 	}
 }

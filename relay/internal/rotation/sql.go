@@ -48,6 +48,19 @@ SELECT slot, generation, state, table_name, since, extract(epoch FROM now() - si
        attached, live_rows, dead_rows, total_bytes
   FROM {schema}.messages_generations()`
 
+// queryPinned reads whether the oldest holder of the database's MVCC
+// horizon is older than the current generation: {horizon_age} is an
+// expression of the age in transaction ids of that holder (Render's
+// horizonAge), compared with the age of the catalog row of the current
+// generation's table, which the transaction that made it current wrote
+// (the rename; ANALYZE and vacuum update it in place). While it holds,
+// none of the dead versions the generation has gathered can be vacuumed.
+const queryPinned = `
+SELECT coalesce({horizon_age} > age(c.xmin), false) AS pinned
+  FROM {schema}.message_generations AS m
+  JOIN pg_catalog.pg_class AS c ON c.oid = m.relid
+ WHERE m.state = 'current'`
+
 // Statements are the rotator's statements, rendered for a schema.
 type Statements struct {
 	// Carry moves waiting rows out of the oldest draining generation.
@@ -60,17 +73,28 @@ type Statements struct {
 	Analyze string
 	// Generations reports the generations.
 	Generations string
+	// Pinned reads whether the horizon is older than the current
+	// generation; empty when Render had no horizonAge: never.
+	Pinned string
 }
 
 // Render returns the statements for schema, quoted (pgx.Identifier's
-// Sanitize).
-func Render(schema string) Statements {
-	r := strings.NewReplacer("{schema}", schema)
-	return Statements{
+// Sanitize). horizonAge is an SQL expression whose value is the age in
+// transaction ids of the oldest holder of the database's MVCC horizon (0
+// when none), as the relay's horizon readings count holders; empty: the
+// rotator never reads the horizon and turns every Config.Every, pin or no
+// pin.
+func Render(schema, horizonAge string) Statements {
+	r := strings.NewReplacer("{schema}", schema, "{horizon_age}", horizonAge)
+	s := Statements{
 		Carry:       r.Replace(queryCarry),
 		Empty:       r.Replace(queryEmpty),
 		Rotate:      r.Replace(queryRotate),
 		Analyze:     r.Replace(queryAnalyze),
 		Generations: r.Replace(queryGenerations),
 	}
+	if horizonAge != "" {
+		s.Pinned = r.Replace(queryPinned)
+	}
+	return s
 }
