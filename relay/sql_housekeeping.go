@@ -32,7 +32,8 @@ SELECT coalesce(destination, @default_sink), count(*)
 // the lock requests waiting on it now (claims, producers and vacuum
 // contending). The rows are read through messages_all, every generation
 // of the hot table (migration 24); the dead tuples and the lock requests
-// are those of every generation's table (message_generations).
+// are those of every generation's table (message_generations); last, the
+// database's clock, against which the modes' oldest due rows are aged.
 // @schema_name is the plain schema name.
 const queryTableHealth = `
 SELECT (SELECT count(*) FROM (SELECT 1 FROM {schema}.messages_all
@@ -47,7 +48,8 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM {schema}.messages_all
        coalesce((SELECT sum(n_dead_tup) FROM pg_catalog.pg_stat_user_tables
                   WHERE schemaname = @schema_name AND relid IN (SELECT relid FROM {schema}.message_generations)), 0)::bigint,
        (SELECT count(*) FROM pg_catalog.pg_locks
-         WHERE NOT granted AND relation IN (SELECT relid FROM {schema}.message_generations))`
+         WHERE NOT granted AND relation IN (SELECT relid FROM {schema}.message_generations)),
+       now()`
 
 // queryAutovacuum reads whether the server runs autovacuum and whether the
 // hot table of schema @schema_name allows it (reloptions

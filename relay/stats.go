@@ -76,16 +76,19 @@ func (g *gaugeRefresher) refreshGauges(ctx context.Context) error {
 	}
 	var inBackoff, dead, deadTuples, lockWaits int64
 	var oldest float64
+	var dbNow time.Time
 	err = g.pool.QueryRow(ctx, g.tableHealth, planPerExecution, pgx.StrictNamedArgs{"schema_name": g.cfg.Schema, "cap": gaugeCountCap, "floor": g.floor.Current()}).
-		Scan(&inBackoff, &oldest, &dead, &deadTuples, &lockWaits)
+		Scan(&inBackoff, &oldest, &dead, &deadTuples, &lockWaits, &dbNow)
 	if err != nil {
 		return fmt.Errorf("read table health: %w", err)
 	}
 	if oldestKnown {
-		// The table's oldest due row may be waiting on its key.
+		// The table's oldest due row may be waiting on its key. Its age
+		// is by the database's clock, as available_at is: the relay's
+		// may differ.
 		oldest = 0
 		if oldestDue != nil {
-			oldest = max(time.Since(*oldestDue).Seconds(), 0)
+			oldest = max(dbNow.Sub(*oldestDue).Seconds(), 0)
 		}
 	}
 	for sink, n := range backlog {

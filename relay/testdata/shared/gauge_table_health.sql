@@ -10,4 +10,5 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM "outbox".messages_all
        coalesce((SELECT sum(n_dead_tup) FROM pg_catalog.pg_stat_user_tables
                   WHERE schemaname = @schema_name AND relid IN (SELECT relid FROM "outbox".message_generations)), 0)::bigint,
        (SELECT count(*) FROM pg_catalog.pg_locks
-         WHERE NOT granted AND relation IN (SELECT relid FROM "outbox".message_generations))
+         WHERE NOT granted AND relation IN (SELECT relid FROM "outbox".message_generations)),
+       now()
