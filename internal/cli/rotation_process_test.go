@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/natstest"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/relaytest"
@@ -249,13 +247,8 @@ func TestProcess_HotRotationOff(t *testing.T) {
 func TestProcess_TheHotTableTurnsFasterWhileTheHorizonIsHeld(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := dbtest.NewDatabase(t)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	db := &dbtest.Schema{Name: "outbox", Pool: pool, URL: url}
+	db := dbtest.NewInOwnDatabase(t)
+	pool, url := db.Pool, db.URL
 	srv := natstest.Start(t)
 	srv.CreateStream(t, "S", "events.>")
 	p := startProcess(t, "DATABASE_URL="+url, "NATS_URL="+srv.URL(), "RELAY_HOT_ROTATION=20s")

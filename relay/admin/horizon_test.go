@@ -6,10 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
-	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/relay/admin"
 )
 
@@ -21,21 +19,9 @@ import (
 func TestStatus_NamesWhoHoldsTheHorizon(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := dbtest.NewDatabase(t)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := migrations.Apply(ctx, conn, "outbox"); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	a, err := admin.New(pool, "outbox")
+	db := dbtest.NewInOwnDatabase(t)
+	url := db.URL
+	a, err := admin.New(db.Pool, db.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

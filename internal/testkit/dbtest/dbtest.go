@@ -527,6 +527,20 @@ func NewDatabase(t testing.TB) string {
 	return u.String()
 }
 
+// NewInOwnDatabase creates a database of its own for t (NewDatabase) and
+// migrates the schema outbox in it, the relay's default: for tests of what
+// is database-wide, such as the xmin horizon. Its pool closes at cleanup,
+// before the database is dropped.
+func NewInOwnDatabase(t testing.TB) *Schema {
+	t.Helper()
+	s := &Schema{Name: "outbox", URL: NewDatabase(t)}
+	s.Pool = s.NewPool(t, s.Name)
+	if _, err := migrations.Apply(context.Background(), s.Conn(t), s.Name); err != nil {
+		t.Fatalf("migrate schema %s in a database of its own: %v", s.Name, err)
+	}
+	return s
+}
+
 // WithUser returns the connection string u with role's user and password.
 func (r *Role) WithUser(u string) string {
 	s, err := urlAs(u, r.Name, r.password)

@@ -11,10 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
-	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/relay/internal/horizon"
 )
 
@@ -430,17 +428,8 @@ func TestRotate_YourTriggersMoveWithHowTheyFire(t *testing.T) {
 func TestRound_TurnsFasterWhileAnOlderTransactionHoldsTheHorizon(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := dbtest.NewDatabase(t)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	db := &dbtest.Schema{Name: "outbox", Pool: pool, URL: url}
-	conn := db.Conn(t)
-	if _, err := migrations.Apply(ctx, conn, db.Name); err != nil {
-		t.Fatal(err)
-	}
+	db := dbtest.NewInOwnDatabase(t)
+	pool := db.Pool
 	var logs bytes.Buffer
 	r := New(Config{
 		DB:          pool,
