@@ -97,6 +97,19 @@ type claimer struct {
 	more func() bool
 }
 
+// claimPlanning is how a claim statement is planned: the setting of its
+// transaction's plan_cache_mode (queryClaimPlan).
+type claimPlanning int
+
+const (
+	// plannedOnce runs a generic plan, made once per connection
+	// (queryClaimPlan).
+	plannedOnce claimPlanning = iota
+	// plannedEachTime plans each execution for its arguments
+	// (queryClaimPlanPerExecution).
+	plannedEachTime
+)
+
 // claimRequest is what one claim may take.
 type claimRequest struct {
 	// limit is the most rows.
@@ -116,16 +129,16 @@ type claimRunner struct {
 	pool    *pgxpool.Pool
 	log     *slog.Logger
 	metrics *Metrics
-	// plan is queryClaimPlan, rendered; sampler measures a claim every so
-	// often.
-	plan    string
+	// plans are the settings of a claim's transaction for each
+	// claimPlanning; sampler measures a claim every so often.
+	plans   [2]string
 	floor   *floor.State
 	sampler *sampler.Sampler
 }
 
 // newClaimRunner returns the claim runner of a relay on schema cfg.Schema.
 func newClaimRunner(cfg Config, pool *pgxpool.Pool, log *slog.Logger) *claimRunner {
-	return &claimRunner{cfg: cfg, pool: pool, log: log, metrics: cfg.Metrics, plan: render(queryClaimPlan, cfg.Schema, nil),
+	return &claimRunner{cfg: cfg, pool: pool, log: log, metrics: cfg.Metrics, plans: [2]string{plannedOnce: queryClaimPlan, plannedEachTime: queryClaimPlanPerExecution},
 		sampler: sampler.New(sampler.Config{QuotedSchema: outbox.QuoteSchema(cfg.Schema), Hooks: sampler.Hooks{
 			Measured: func(entries, buffers int64) {
 				cfg.Metrics.ClaimIndexEntries.Observe(float64(entries))
@@ -140,7 +153,7 @@ func newClaimRunner(cfg Config, pool *pgxpool.Pool, log *slog.Logger) *claimRunn
 // insert order.
 func (cr *claimRunner) claimFunc(stmt string) func(ctx context.Context, req claimRequest) ([]claimedRow, error) {
 	return func(ctx context.Context, req claimRequest) ([]claimedRow, error) {
-		batch, _, err := cr.runClaim(ctx, stmt, cr.claimArgs(req), req, "claim batch")
+		batch, _, err := cr.runClaim(ctx, stmt, plannedOnce, cr.claimArgs(req), req, "claim batch")
 		return batch, err
 	}
 }
@@ -166,15 +179,15 @@ func (cr *claimRunner) claimArgs(req claimRequest) pgx.StrictNamedArgs {
 // walks its index in order (inIndexOrder); one every sampler.EveryDefault
 // is measured as well (measured). Every error is reported once as
 // what failed.
-func (cr *claimRunner) runClaim(ctx context.Context, stmt string, args pgx.StrictNamedArgs, req claimRequest, what string) ([]claimedRow, []heldKey, error) {
+func (cr *claimRunner) runClaim(ctx context.Context, stmt string, planning claimPlanning, args pgx.StrictNamedArgs, req claimRequest, what string) ([]claimedRow, []heldKey, error) {
 	start := time.Now()
 	var batch []claimedRow
 	var held []heldKey
 	var err error
 	if cr.sampler.Due(start) {
-		batch, held, err = cr.runMeasured(ctx, stmt, args, req)
+		batch, held, err = cr.runMeasured(ctx, stmt, planning, args, req)
 	} else {
-		batch, held, err = cr.inIndexOrder(ctx, stmt, args, req.limit)
+		batch, held, err = cr.inIndexOrder(ctx, stmt, planning, args, req.limit)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", what, err)
@@ -184,23 +197,23 @@ func (cr *claimRunner) runClaim(ctx context.Context, stmt string, args pgx.Stric
 }
 
 // inIndexOrder runs the claim statement stmt in a transaction whose
-// planner walks the indexes in order (queryClaimPlan), in one round trip
+// planner walks the indexes in order, planned as planning says
+// (queryClaimPlan), in one round trip
 // (inPipeline), READ COMMITTED whatever the database's default: a claim's
 // locks take the latest version of a row another transaction changed. The
 // rows are returned only once the transaction committed: until then their
 // leases are not taken.
 //
 // Every claim runs so, polls of an idle table too: the claim is a prepared
-// statement of the connection, parsed once and planned for each
-// execution's arguments (the claim plan's plan_cache_mode), where a
+// statement of the connection, parsed once, where a
 // statement run alone (planPerExecution) is parsed, analyzed and planned
 // at every execution. Counted with callgrind on PostgreSQL 15 (make
 // bench-instructions; the unordered claim, parse to commit): a poll of an
 // empty table 1.40 million instructions alone, 0.53 million so; a claim of
 // 10 rows past 20 leased ones 2.48 million alone, 1.65 million so
 // (docs/benchmarks.md, "The claim and the settle, counted").
-func (cr *claimRunner) inIndexOrder(ctx context.Context, stmt string, args pgx.StrictNamedArgs, limit int) (batch []claimedRow, held []heldKey, err error) {
-	err = inPipeline(ctx, cr.pool, "BEGIN ISOLATION LEVEL READ COMMITTED", []pipelined{{sql: cr.plan}, {sql: stmt, args: args}}, func(br pgx.BatchResults) error {
+func (cr *claimRunner) inIndexOrder(ctx context.Context, stmt string, planning claimPlanning, args pgx.StrictNamedArgs, limit int) (batch []claimedRow, held []heldKey, err error) {
+	err = inPipeline(ctx, cr.pool, "BEGIN ISOLATION LEVEL READ COMMITTED", []pipelined{{sql: cr.plans[planning]}, {sql: stmt, args: args}}, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -444,13 +457,13 @@ func (cr *claimRunner) observeClaim(start time.Time, batch []claimedRow) {
 // before and after it. READ COMMITTED whatever the database's default, as
 // every claim (inIndexOrder). Rows are returned only once the
 // transaction committed: until then their leases are not taken.
-func (cr *claimRunner) runMeasured(ctx context.Context, stmt string, args pgx.StrictNamedArgs, req claimRequest) (batch []claimedRow, held []heldKey, err error) {
+func (cr *claimRunner) runMeasured(ctx context.Context, stmt string, planning claimPlanning, args pgx.StrictNamedArgs, req claimRequest) (batch []claimedRow, held []heldKey, err error) {
 	tx, err := cr.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return nil, nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, cr.plan); err != nil {
+	if _, err := tx.Exec(ctx, cr.plans[planning]); err != nil {
 		return nil, nil, fmt.Errorf("set the claim's plan: %w", err)
 	}
 	err = cr.sampler.Measure(ctx, tx, func() error {

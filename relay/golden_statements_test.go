@@ -73,7 +73,10 @@ func goldenStatements() map[string]map[string]string {
 			"floor":              floor.Render(outbox.QuoteSchema("outbox"), u.oldestClaimable()).Refresh,
 			"floor_rescan":       floor.Render(outbox.QuoteSchema("outbox"), u.oldestClaimable()).Rescan,
 			"measure_claim":      sampler.Statement(outbox.QuoteSchema("outbox")),
-			"plan_claims":        ru.engine.claims.plan,
+			"plan_claims":        ru.engine.claims.plans[plannedOnce],
+			"plan_claims_each":   ru.engine.claims.plans[plannedEachTime],
+			"plan_settles":       querySettlePlan,
+			"plan_settles_each":  querySettlePlanPerExecution,
 		},
 	}
 }

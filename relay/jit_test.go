@@ -11,8 +11,8 @@ import (
 )
 
 // TestClaims_RunWithoutJIT: every mode's claim, run after the claim's plan
-// settings (queryClaimPlan), and ordered mode's promotion, run after the
-// settle's (queryCustomPlans), are never compiled by PostgreSQL's JIT,
+// settings (queryClaimPlan, queryClaimPlanPerExecution), and ordered mode's promotion, run after the
+// settle's (querySettlePlan), are never compiled by PostgreSQL's JIT,
 // however high their estimates: here jit_above_cost is 0, and the same
 // claim without those settings is compiled. Ten minutes into a pinned run,
 // an ordered claim spent 0.4 s and more compiling at each execution.
@@ -38,11 +38,16 @@ func TestClaims_RunWithoutJIT(t *testing.T) {
 			if !compiled(t, tx, claim, args) {
 				t.Fatal("the claim is not compiled with jit_above_cost = 0 and no plan settings: the test proves nothing")
 			}
-			if _, err := tx.Exec(ctx, r.engine.claims.plan); err != nil {
-				t.Fatal(err)
-			}
-			if compiled(t, tx, claim, args) {
-				t.Errorf("the claim is compiled by JIT after the claim's plan settings")
+			for planning, plan := range r.engine.claims.plans {
+				if _, err := tx.Exec(ctx, "SELECT set_config('jit', 'on', true)"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Exec(ctx, plan); err != nil {
+					t.Fatal(err)
+				}
+				if compiled(t, tx, claim, args) {
+					t.Errorf("the claim is compiled by JIT after the claim's plan settings (claimPlanning %d)", planning)
+				}
 			}
 			if then == "" {
 				return
@@ -50,7 +55,7 @@ func TestClaims_RunWithoutJIT(t *testing.T) {
 			if _, err := tx.Exec(ctx, "SELECT set_config('jit', 'on', true)"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := tx.Exec(ctx, queryCustomPlans); err != nil {
+			if _, err := tx.Exec(ctx, querySettlePlan); err != nil {
 				t.Fatal(err)
 			}
 			if compiled(t, tx, then, thenArgs) {

@@ -104,7 +104,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	r.mode = newMode(r.engine)
 	r.floor = floor.New(floor.Config{
 		DB: pool, Statements: floor.Render(outbox.QuoteSchema(cfg.Schema), r.mode.oldestClaimable()),
-		ClaimPlan: r.engine.claims.plan, Lease: cfg.Lease, Logger: log, Redact: redactConnError,
+		ClaimPlan: queryClaimPlanPerExecution, Lease: cfg.Lease, Logger: log, Redact: redactConnError,
 		IdlePause: func() time.Duration { return time.Duration(r.claims.idlePause.Load()) },
 		Hooks: floor.Hooks{Lag: func(d time.Duration) {
 			metrics.ClaimFloorLag.Set(d.Seconds())

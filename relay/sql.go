@@ -65,9 +65,9 @@ import (
 // grew since it was made, and can be badly wrong. The gauges, the repairs
 // and the sampled claim run so, seldom. Claims and settles, which run all
 // the time, are prepared statements in pipelines of their own instead
-// (claimRunner.inIndexOrder, settler.inPipeline), planned per execution by a
-// setting of their transaction (plan_cache_mode), which saves parsing them
-// each time.
+// (claimRunner.inIndexOrder, settler.inPipeline), parsed once per
+// connection and planned as a setting of their transaction says
+// (queryClaimPlan, querySettlePlan).
 const planPerExecution = pgx.QueryExecModeCacheDescribe
 
 // slotPattern matches a slot.
@@ -100,13 +100,32 @@ func render(q, schema string, slots map[string]string) string {
 // the table's statistics are older than the backlog (a hot table is
 // analyzed nearly empty), which is most of the time. Off is a penalty, not
 // a ban: a plan with no other way still runs. Sorts stay on: with them off
-// the same claim's update took 338 ms. The statements that follow run as
-// prepared statements (inPipeline: every claim; the floor's refreshes), parsed
-// once per connection and planned for each execution's arguments and
-// these settings, as planPerExecution plans a statement alone, rather
-// than once for all.
-// JIT is off (jitOff).
+// the same claim's update took 338 ms. JIT is off (jitOff).
+//
+// With both off, every path of the unordered and the ordered claims is an
+// index walk whatever the arguments and the tables' sizes, so the claim,
+// a prepared statement of the connection (inPipeline), runs a generic
+// plan, made once per connection and again whenever a table it reads
+// changes (a rotation of the hot table, an ANALYZE): planning a custom
+// plan took twice as long as running a claim of 10 rows (0.31-0.45 ms
+// against 0.16 ms, EXPLAIN ANALYZE, PostgreSQL 15), and over a steady
+// 10k rows/s it was half of the claims' time in pg_stat_statements. The
+// generic plan that once went wrong (a sequential scan of delivered_keys
+// while it was nearly empty, docs/benchmarks.md) is one these settings
+// rule out. Partitioned mode's claim plans each execution
+// (queryClaimPlanPerExecution).
 const queryClaimPlan = `
+SELECT set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_seqscan', 'off', true),
+       set_config('plan_cache_mode', 'force_generic_plan', true),
+       ` + jitOff
+
+// queryClaimPlanPerExecution is queryClaimPlan with a plan made for each
+// execution's arguments: partitioned mode's claim, whose walk takes the
+// buckets, their shares and the held keys as arrays, drained a keyed burst
+// at a third of the rate with a generic plan (10.2-10.5k against
+// 30.9-31.1k events/s, 200,000 rows over 5,000 keys, four relays).
+const queryClaimPlanPerExecution = `
 SELECT set_config('enable_bitmapscan', 'off', true),
        set_config('enable_seqscan', 'off', true),
        set_config('plan_cache_mode', 'force_custom_plan', true),
@@ -124,9 +143,27 @@ SELECT set_config('enable_bitmapscan', 'off', true),
 // connections start with it off as well (internal/cli: openPool).
 const jitOff = `set_config('jit', 'off', true)`
 
-// queryCustomPlans plans each statement of the rest of the transaction for
-// its arguments: what planPerExecution does for a statement alone, for the
-// statements of a pipeline (settler.inPipeline), which pgx runs as prepared
-// statements; JIT off (jitOff).
-const queryCustomPlans = `
-SELECT set_config('plan_cache_mode', 'force_custom_plan', true), ` + jitOff
+// querySettlePlan plans the statements of the rest of a settle's
+// transaction (settler.inPipeline), which pgx runs as prepared statements,
+// once per connection: each finds its rows by id, and with sequential and
+// bitmap scans off (as queryClaimPlan) every path is an index lookup
+// whatever the length of its arrays, so a generic plan is the plan each
+// execution would make. Planned for each execution, a settle at a steady
+// 10k rows/s spent a third of its time planning. JIT is off (jitOff).
+const querySettlePlan = `
+SELECT set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_seqscan', 'off', true),
+       set_config('plan_cache_mode', 'force_generic_plan', true),
+       ` + jitOff
+
+// querySettlePlanPerExecution is querySettlePlan with a plan made for each
+// execution's arguments: partitioned mode's settle, whose fence checks
+// each row's bucket (messages_bucket) against the buckets the relay still
+// owns, took 550-770 ms instead of 27-37 ms with a generic plan, which
+// walks the bucket index rather than look the ids up (a 200,000-row burst,
+// four relays).
+const querySettlePlanPerExecution = `
+SELECT set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_seqscan', 'off', true),
+       set_config('plan_cache_mode', 'force_custom_plan', true),
+       ` + jitOff

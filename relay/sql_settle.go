@@ -116,6 +116,9 @@ type settleStatements struct {
 	// statement, in the same transaction, for the keys (@keys) of the rows
 	// it deleted (ordered mode: queryHeadsPromote).
 	then string
+	// plan is the settings of the settle's transaction: querySettlePlan,
+	// or querySettlePlanPerExecution.
+	plan string
 	// dropped is the warning logged when a settle finds rows no longer
 	// under the claim that delivered them.
 	dropped string
@@ -134,7 +137,7 @@ type settleSlots struct {
 // archive.
 func renderSettle(schema string, s settleSlots, withArchiveOnly bool) settleStatements {
 	slots := map[string]string{"fence_cte": s.fenceCTE, "fence": s.fence, "after": s.after}
-	st := settleStatements{settle: render(queryMessagesSettle, schema, slots), dropped: droppedOutcomes}
+	st := settleStatements{settle: render(queryMessagesSettle, schema, slots), plan: querySettlePlan, dropped: droppedOutcomes}
 	if withArchiveOnly {
 		st.archiveOnly = render(queryMessagesArchive, schema, slots)
 	}

@@ -1,0 +1,214 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/sinks"
+	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
+)
+
+// TestGenericPlans_StayIndexWalksAsTheTablesGrow: the claims of unordered
+// and ordered mode and their settles run generic plans, made once per
+// connection (queryClaimPlan, querySettlePlan). Plans made while the hot
+// table and delivered_keys were empty, as a relay's first claims make
+// them, still walk indexes once the tables hold 20,000 rows and 20,000
+// delivered keys, their statistics unchanged: a generic claim once looked
+// each claimed row's key up with a sequential scan of delivered_keys, and
+// took up to 2.7 s.
+func TestGenericPlans_StayIndexWalksAsTheTablesGrow(t *testing.T) {
+	for _, mode := range []outbox.Mode{outbox.ModeUnordered, outbox.ModeOrdered} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := dbtest.New(t)
+			db.SetMode(t, mode)
+			r, err := New(db.Pool, Config{Schema: db.Name, Mode: mode, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := claimRequest{limit: 16, bytes: 1 << 30, closed: []string{}}
+			var claim string
+			var args pgx.StrictNamedArgs
+			var settle settleStatements
+			switch m := r.mode.(type) {
+			case *unordered:
+				claim, args, settle = m.claim, r.engine.claims.claimArgs(req), m.settle
+			case *ordered:
+				claim, args, settle = m.claimHeads, m.headsClaimArgs(req), m.settle
+			}
+			// Prepared statements belong to the session: both are prepared,
+			// and their generic plans made, on empty tables in a first
+			// transaction, and explained in a second one after the load.
+			conn := db.Conn(t)
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, r.engine.claims.plans[plannedOnce]); err != nil {
+				t.Fatal(err)
+			}
+			claimArgs := prepareAs(t, tx, "claim", claim, args)
+			if n := len(executePrepared(t, tx, "claim", claimArgs)); n != 0 {
+				t.Fatalf("the claim of an empty table leased %d rows", n)
+			}
+			if _, err := tx.Exec(ctx, settle.plan); err != nil {
+				t.Fatal(err)
+			}
+			none := pgx.StrictNamedArgs{"archive_ids": []int64{}, "archive_seqs": []int32{}, "archive_duplicate": []bool{}}
+			executePrepared(t, tx, "settle", prepareAs(t, tx, "settle", settle.archiveOnly, none))
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			db.Exec(t, `INSERT INTO %s.messages (topic, payload, key, idempotency_key)
+			            SELECT 'events.a', 'x', 'k' || (i % 16), 'key-' || i FROM generate_series(1, 20000) AS i`)
+			db.Exec(t, `INSERT INTO %s.delivered_keys (idempotency_key, delivered_at)
+			            SELECT 'delivered-' || i, now() FROM generate_series(1, 20000) AS i`)
+
+			tx, err = conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			if _, err := tx.Exec(ctx, r.engine.claims.plans[plannedOnce]); err != nil {
+				t.Fatal(err)
+			}
+			plan := explainPrepared(t, tx, "claim", claimArgs)
+			if scans := seqScans(plan, ""); len(scans) > 0 {
+				t.Errorf("the claim's generic plan, made on empty tables, reads %s", scans)
+			}
+			ids, seqs := leasedRows(t, tx, db)
+			if len(ids) == 0 {
+				t.Fatal("the claim leased no row")
+			}
+			if _, err := tx.Exec(ctx, settle.plan); err != nil {
+				t.Fatal(err)
+			}
+			dup := make([]bool, len(ids))
+			settleArgs := positional(t, tx, "settle", pgx.StrictNamedArgs{"archive_ids": ids, "archive_seqs": seqs, "archive_duplicate": dup}, settle.archiveOnly)
+			plan = explainPrepared(t, tx, "settle", settleArgs)
+			if scans := seqScans(plan, ""); len(scans) > 0 {
+				t.Errorf("the settle's generic plan, made on empty tables, reads %s", scans)
+			}
+			if n := db.Count(t, "messages_all"); n != 20000 {
+				t.Errorf("%d rows; want the 20,000 inserted (the explained settle is rolled back)", n)
+			}
+		})
+	}
+}
+
+// preparedArgs are the arguments of a statement prepared with PREPARE, as
+// SQL literals cast to its parameters' types.
+type preparedArgs []string
+
+// prepareAs prepares sql (with @name arguments) in tx as the prepared
+// statement name, and returns args as its arguments.
+func prepareAs(t *testing.T, tx pgx.Tx, name, sql string, args pgx.StrictNamedArgs) preparedArgs {
+	t.Helper()
+	text, _, err := args.RewriteQuery(context.Background(), tx.Conn(), sql, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(context.Background(), "PREPARE "+name+" AS "+text); err != nil {
+		t.Fatalf("prepare %s: %v", name, err)
+	}
+	return positional(t, tx, name, args, sql)
+}
+
+// positional returns args of the statement sql, prepared as name, as SQL
+// literals in the order of its parameters.
+func positional(t *testing.T, tx pgx.Tx, name string, args pgx.StrictNamedArgs, sql string) preparedArgs {
+	t.Helper()
+	ctx := context.Background()
+	_, values, err := args.RewriteQuery(ctx, tx.Conn(), sql, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	if err := tx.QueryRow(ctx, "SELECT parameter_types::text[] FROM pg_prepared_statements WHERE name = $1", name).Scan(&types); err != nil {
+		t.Fatal(err)
+	}
+	if len(types) != len(values) {
+		t.Fatalf("%s takes %d parameters; %d given", name, len(types), len(values))
+	}
+	literals := make(preparedArgs, len(values))
+	for i, v := range values {
+		var lit string
+		if err := tx.QueryRow(ctx, "SELECT quote_nullable($1::"+types[i]+")", v).Scan(&lit); err != nil {
+			t.Fatalf("parameter %d of %s (%s): %v", i+1, name, types[i], err)
+		}
+		literals[i] = lit + "::" + types[i]
+	}
+	return literals
+}
+
+// executePrepared runs the prepared statement name with args in tx and
+// returns the first column of its rows.
+func executePrepared(t *testing.T, tx pgx.Tx, name string, args preparedArgs) []any {
+	t.Helper()
+	rows, err := tx.Query(context.Background(), "EXECUTE "+name+"("+strings.Join(args, ", ")+")", pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []any
+	for rows.Next() {
+		v, err := rows.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(v) > 0 && v[0] != nil {
+			first = append(first, v[0])
+		}
+	}
+	if rows.Close(); rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	return first
+}
+
+// explainPrepared runs EXPLAIN (ANALYZE, FORMAT JSON) of the prepared
+// statement name with args in tx: the plan its executions use (with
+// plan_cache_mode = force_generic_plan, the generic plan cached at its
+// first execution).
+func explainPrepared(t *testing.T, tx pgx.Tx, name string, args preparedArgs) map[string]any {
+	t.Helper()
+	var text string
+	if err := tx.QueryRow(context.Background(), "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE "+name+"("+strings.Join(args, ", ")+")",
+		pgx.QueryExecModeSimpleProtocol).Scan(&text); err != nil {
+		t.Fatalf("explain %s: %v", name, err)
+	}
+	var out []map[string]any
+	if err := json.Unmarshal([]byte(text), &out); err != nil {
+		t.Fatal(err)
+	}
+	return out[0]["Plan"].(map[string]any)
+}
+
+// leasedRows returns the ids and claim_seq of db's leased rows, in tx.
+func leasedRows(t *testing.T, tx pgx.Tx, db *dbtest.Schema) (ids []int64, seqs []int32) {
+	t.Helper()
+	rows, err := tx.Query(context.Background(), "SELECT id, claim_seq FROM "+db.Table("messages")+" WHERE leased_by IS NOT NULL ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int64
+		var seq int32
+		if err := rows.Scan(&id, &seq); err != nil {
+			t.Fatal(err)
+		}
+		ids, seqs = append(ids, id), append(seqs, seq)
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	return ids, seqs
+}
