@@ -216,9 +216,7 @@ WITH patience AS MATERIALIZED (
            SELECT d.id FROM due AS d
              JOIN blocked AS x ON x.key = d.key
             WHERE d.id > x.id))
-), leased AS (` + leaseRowsAlso("claimable", noBucket, unwaitRows, " AND (NOT m.waiting OR "+withXactID+")") + `
-)
-SELECT *, NULL::text AS held_key FROM leased`
+)` + leaseRowsAlso("claimable", noBucket, unwaitRows, " AND (NOT m.waiting OR "+withXactID+")") + `, NULL::text AS held_key`
 
 // unwaitRows makes a run's waiting rows candidates again as they are
 // leased (queryHeadsClaim), with the available_at of a promotion, after

@@ -100,7 +100,7 @@ WITH patience AS MATERIALIZED (
            SELECT d.id FROM due AS d
              JOIN blocked AS x ON x.key = d.key
             WHERE d.id > x.id))
-), leased AS (
+)
     UPDATE "outbox".messages_all AS m
        SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
            claim_seq = CASE WHEN m.claim_seq >= 2147483646 OR m.claim_seq < 0 THEN 1 ELSE m.claim_seq + 1 END,
@@ -126,6 +126,4 @@ WITH patience AS MATERIALIZED (
                 WHEN octet_length(m.destination) > 255 THEN 'destination ' || octet_length(m.destination)
                 WHEN pg_column_size(m.headers) > 256
                      THEN CASE WHEN octet_length(m.headers::text) > 16384 THEN 'headers ' || octet_length(m.headers::text) END
-           END AS too_large
-)
-SELECT *, NULL::text AS held_key FROM leased
+           END AS too_large, NULL::text AS held_key

@@ -15,7 +15,7 @@ WITH due AS MATERIALIZED (
                row_number() OVER (ORDER BY available_at, id) AS n
           FROM due) AS s
      WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
-), leased AS (
+)
     UPDATE "outbox".messages_all AS m
        SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
            claim_seq = CASE WHEN m.claim_seq >= 2147483646 OR m.claim_seq < 0 THEN 1 ELSE m.claim_seq + 1 END,
@@ -39,6 +39,4 @@ WITH due AS MATERIALIZED (
                 WHEN octet_length(m.destination) > 255 THEN 'destination ' || octet_length(m.destination)
                 WHEN pg_column_size(m.headers) > 256
                      THEN CASE WHEN octet_length(m.headers::text) > 16384 THEN 'headers ' || octet_length(m.headers::text) END
-           END AS too_large
-)
-SELECT *, NULL::text AS held_key FROM leased
+           END AS too_large, NULL::text AS held_key
