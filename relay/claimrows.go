@@ -97,19 +97,6 @@ type claimer struct {
 	more func() bool
 }
 
-// claimPlanning is how a claim statement is planned: the setting of its
-// transaction's plan_cache_mode (queryClaimPlan).
-type claimPlanning int
-
-const (
-	// plannedOnce runs a generic plan, made once per connection
-	// (queryClaimPlan).
-	plannedOnce claimPlanning = iota
-	// plannedEachTime plans each execution for its arguments
-	// (queryClaimPlanPerExecution).
-	plannedEachTime
-)
-
 // claimRequest is what one claim may take.
 type claimRequest struct {
 	// limit is the most rows.
@@ -129,16 +116,15 @@ type claimRunner struct {
 	pool    *pgxpool.Pool
 	log     *slog.Logger
 	metrics *Metrics
-	// plans are the settings of a claim's transaction for each
-	// claimPlanning; sampler measures a claim every so often.
-	plans   [2]string
+	// plan is queryClaimPlan; sampler measures a claim every so often.
+	plan    string
 	floor   *floor.State
 	sampler *sampler.Sampler
 }
 
 // newClaimRunner returns the claim runner of a relay on schema cfg.Schema.
 func newClaimRunner(cfg Config, pool *pgxpool.Pool, log *slog.Logger) *claimRunner {
-	return &claimRunner{cfg: cfg, pool: pool, log: log, metrics: cfg.Metrics, plans: [2]string{plannedOnce: queryClaimPlan, plannedEachTime: queryClaimPlanPerExecution},
+	return &claimRunner{cfg: cfg, pool: pool, log: log, metrics: cfg.Metrics, plan: queryClaimPlan,
 		sampler: sampler.New(sampler.Config{QuotedSchema: outbox.QuoteSchema(cfg.Schema), Hooks: sampler.Hooks{
 			Measured: func(entries, buffers int64) {
 				cfg.Metrics.ClaimIndexEntries.Observe(float64(entries))
@@ -153,7 +139,7 @@ func newClaimRunner(cfg Config, pool *pgxpool.Pool, log *slog.Logger) *claimRunn
 // insert order.
 func (cr *claimRunner) claimFunc(stmt string) func(ctx context.Context, req claimRequest) ([]claimedRow, error) {
 	return func(ctx context.Context, req claimRequest) ([]claimedRow, error) {
-		batch, _, err := cr.runClaim(ctx, stmt, plannedOnce, cr.claimArgs(req), req, "claim batch")
+		batch, _, err := cr.runClaim(ctx, stmt, cr.claimArgs(req), req, "claim batch")
 		return batch, err
 	}
 }
@@ -179,15 +165,15 @@ func (cr *claimRunner) claimArgs(req claimRequest) pgx.StrictNamedArgs {
 // walks its index in order (inIndexOrder); one every sampler.EveryDefault
 // is measured as well (measured). Every error is reported once as
 // what failed.
-func (cr *claimRunner) runClaim(ctx context.Context, stmt string, planning claimPlanning, args pgx.StrictNamedArgs, req claimRequest, what string) ([]claimedRow, []heldKey, error) {
+func (cr *claimRunner) runClaim(ctx context.Context, stmt string, args pgx.StrictNamedArgs, req claimRequest, what string) ([]claimedRow, []heldKey, error) {
 	start := time.Now()
 	var batch []claimedRow
 	var held []heldKey
 	var err error
 	if cr.sampler.Due(start) {
-		batch, held, err = cr.runMeasured(ctx, stmt, planning, args, req)
+		batch, held, err = cr.runMeasured(ctx, stmt, args, req)
 	} else {
-		batch, held, err = cr.inIndexOrder(ctx, stmt, planning, args, req.limit)
+		batch, held, err = cr.inIndexOrder(ctx, stmt, args, req.limit)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", what, err)
@@ -197,8 +183,8 @@ func (cr *claimRunner) runClaim(ctx context.Context, stmt string, planning claim
 }
 
 // inIndexOrder runs the claim statement stmt in a transaction whose
-// planner walks the indexes in order, planned as planning says
-// (queryClaimPlan), in one round trip
+// planner walks the indexes in order, with a generic plan made once per
+// connection (queryClaimPlan), in one round trip
 // (inPipeline), READ COMMITTED whatever the database's default: a claim's
 // locks take the latest version of a row another transaction changed. The
 // rows are returned only once the transaction committed: until then their
@@ -212,8 +198,8 @@ func (cr *claimRunner) runClaim(ctx context.Context, stmt string, planning claim
 // empty table 1.40 million instructions alone, 0.53 million so; a claim of
 // 10 rows past 20 leased ones 2.48 million alone, 1.65 million so
 // (docs/benchmarks.md, "The claim and the settle, counted").
-func (cr *claimRunner) inIndexOrder(ctx context.Context, stmt string, planning claimPlanning, args pgx.StrictNamedArgs, limit int) (batch []claimedRow, held []heldKey, err error) {
-	err = inPipeline(ctx, cr.pool, "BEGIN ISOLATION LEVEL READ COMMITTED", []pipelined{{sql: cr.plans[planning]}, {sql: stmt, args: args}}, func(br pgx.BatchResults) error {
+func (cr *claimRunner) inIndexOrder(ctx context.Context, stmt string, args pgx.StrictNamedArgs, limit int) (batch []claimedRow, held []heldKey, err error) {
+	err = inPipeline(ctx, cr.pool, "BEGIN ISOLATION LEVEL READ COMMITTED", []pipelined{{sql: cr.plan}, {sql: stmt, args: args}}, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -457,13 +443,13 @@ func (cr *claimRunner) observeClaim(start time.Time, batch []claimedRow) {
 // before and after it. READ COMMITTED whatever the database's default, as
 // every claim (inIndexOrder). Rows are returned only once the
 // transaction committed: until then their leases are not taken.
-func (cr *claimRunner) runMeasured(ctx context.Context, stmt string, planning claimPlanning, args pgx.StrictNamedArgs, req claimRequest) (batch []claimedRow, held []heldKey, err error) {
+func (cr *claimRunner) runMeasured(ctx context.Context, stmt string, args pgx.StrictNamedArgs, req claimRequest) (batch []claimedRow, held []heldKey, err error) {
 	tx, err := cr.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return nil, nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, cr.plans[planning]); err != nil {
+	if _, err := tx.Exec(ctx, cr.plan); err != nil {
 		return nil, nil, fmt.Errorf("set the claim's plan: %w", err)
 	}
 	err = cr.sampler.Measure(ctx, tx, func() error {

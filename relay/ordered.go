@@ -112,7 +112,7 @@ func (m *ordered) claimHeadsOfKeys(ctx context.Context, req claimRequest) ([]cla
 	// which leased nothing while the backlog grew.
 	m.claimingHeads.Lock()
 	end := m.e.chains.Begin() // and the links settled before are forgotten
-	batch, _, err := m.e.claims.runClaim(ctx, m.claimHeads, plannedOnce, m.headsClaimArgs(req), req, "claim heads of keys")
+	batch, _, err := m.e.claims.runClaim(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")
 	m.e.chainKeys(batch)
 	end()
 	m.claimingHeads.Unlock()

@@ -141,7 +141,7 @@ func (m *partitioned) claimer() claimer {
 		// writing down (after): their links are kept until it ends.
 		m.claiming.Lock()
 		end := m.e.chains.Begin()
-		batch, keys, err := m.e.claims.runClaim(ctx, stmt, plannedEachTime, args, req, "claim rows of owned buckets")
+		batch, keys, err := m.e.claims.runClaim(ctx, stmt, args, req, "claim rows of owned buckets")
 		m.e.chainKeys(batch)
 		end()
 		m.claiming.Unlock()

@@ -102,8 +102,8 @@ func render(q, schema string, slots map[string]string) string {
 // a ban: a plan with no other way still runs. Sorts stay on: with them off
 // the same claim's update took 338 ms. JIT is off (jitOff).
 //
-// With both off, every path of the unordered and the ordered claims is an
-// index walk whatever the arguments and the tables' sizes, so the claim,
+// With both off, every path of every mode's claim is an index walk
+// whatever the arguments and the tables' sizes, so the claim,
 // a prepared statement of the connection (inPipeline), runs a generic
 // plan, made once per connection and again whenever a table it reads
 // changes (a rotation of the hot table, an ANALYZE): planning a custom
@@ -112,8 +112,7 @@ func render(q, schema string, slots map[string]string) string {
 // 10k rows/s it was half of the claims' time in pg_stat_statements. The
 // generic plan that once went wrong (a sequential scan of delivered_keys
 // while it was nearly empty, docs/benchmarks.md) is one these settings
-// rule out. Partitioned mode's claim plans each execution
-// (queryClaimPlanPerExecution).
+// rule out.
 const queryClaimPlan = `
 SELECT set_config('enable_bitmapscan', 'off', true),
        set_config('enable_seqscan', 'off', true),
@@ -121,10 +120,9 @@ SELECT set_config('enable_bitmapscan', 'off', true),
        ` + jitOff
 
 // queryClaimPlanPerExecution is queryClaimPlan with a plan made for each
-// execution's arguments: partitioned mode's claim, whose walk takes the
-// buckets, their shares and the held keys as arrays, drained a keyed burst
-// at a third of the rate with a generic plan (10.2-10.5k against
-// 30.9-31.1k events/s, 200,000 rows over 5,000 keys, four relays).
+// execution's arguments: the claim floor's refreshes (relay/internal/floor),
+// seldom, whose statements differ by mode and were never measured with a
+// generic plan.
 const queryClaimPlanPerExecution = `
 SELECT set_config('enable_bitmapscan', 'off', true),
        set_config('enable_seqscan', 'off', true),
