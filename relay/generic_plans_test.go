@@ -16,15 +16,16 @@ import (
 	"github.com/outbox-relay/outbox-relay/sinks/sinktest"
 )
 
-// TestGenericPlans_StayIndexWalksAsTheTablesGrow: every mode's claim, and
-// the settles of unordered and ordered mode, run generic plans, made once
-// per connection (queryClaimPlan, querySettlePlan; partitioned mode's
-// settle is planned for each execution, and checked as well). Plans made while the hot
+// TestGenericPlans_StayIndexWalksAsTheTablesGrow: every mode's claim and
+// settle run generic plans, made once per connection (queryClaimPlan,
+// querySettlePlan). Plans made while the hot
 // table and delivered_keys were empty, as a relay's first claims make
 // them, still walk indexes once the tables hold 20,000 rows and 20,000
 // delivered keys, their statistics unchanged: a generic claim once looked
 // each claimed row's key up with a sequential scan of delivered_keys, and
-// took up to 2.7 s.
+// took up to 2.7 s. Nor does a settle join its rows with its arrays in a
+// nested loop: a generic plan expecting one row once matched 936 rows that
+// way, 875,160 comparisons.
 func TestGenericPlans_StayIndexWalksAsTheTablesGrow(t *testing.T) {
 	for _, mode := range outbox.Modes {
 		t.Run(string(mode), func(t *testing.T) {
@@ -71,7 +72,7 @@ func TestGenericPlans_StayIndexWalksAsTheTablesGrow(t *testing.T) {
 			if n := len(executePrepared(t, tx, "claim", claimArgs)); n != 0 {
 				t.Fatalf("the claim of an empty table leased %d rows", n)
 			}
-			if _, err := tx.Exec(ctx, settle.plan); err != nil {
+			if _, err := tx.Exec(ctx, querySettlePlan); err != nil {
 				t.Fatal(err)
 			}
 			none := pgx.StrictNamedArgs{"archive_ids": []int64{}, "archive_seqs": []int32{}, "archive_duplicate": []bool{}}
@@ -102,7 +103,7 @@ func TestGenericPlans_StayIndexWalksAsTheTablesGrow(t *testing.T) {
 			if len(ids) == 0 {
 				t.Fatal("the claim leased no row")
 			}
-			if _, err := tx.Exec(ctx, settle.plan); err != nil {
+			if _, err := tx.Exec(ctx, querySettlePlan); err != nil {
 				t.Fatal(err)
 			}
 			dup := make([]bool, len(ids))
@@ -113,6 +114,12 @@ func TestGenericPlans_StayIndexWalksAsTheTablesGrow(t *testing.T) {
 			if scans := growingSeqScans(plan); len(scans) > 0 {
 				t.Errorf("the settle's generic plan, made on empty tables, reads %s", scans)
 			}
+			eachPlanNode(plan, func(n map[string]any) {
+				if n["Node Type"] == "Nested Loop" {
+					t.Errorf("the settle's generic plan joins in a nested loop, once per row (%v rows, %v removed by the join filter)",
+						n["Actual Rows"], n["Rows Removed by Join Filter"])
+				}
+			})
 			if n := db.Count(t, "messages_all"); n != 20000 {
 				t.Errorf("%d rows; want the 20,000 inserted (the explained settle is rolled back)", n)
 			}

@@ -76,7 +76,6 @@ func goldenStatements() map[string]map[string]string {
 			"plan_claims":        ru.engine.claims.plan,
 			"plan_floor":         queryClaimPlanPerExecution,
 			"plan_settles":       querySettlePlan,
-			"plan_settles_each":  querySettlePlanPerExecution,
 		},
 	}
 }

@@ -57,9 +57,6 @@ func newPartitioned(e *engine) *partitioned {
 		claims: [2]string{renderBucketsClaim(s, false), renderBucketsClaim(s, true)},
 		settle: renderSettle(s, settleSlots{fenceCTE: bucketFenceCTE, fence: bucketFence}, true),
 	}
-	// The fence's bucket check can walk the bucket index instead of the
-	// ids: a plan for each settle's arrays (querySettlePlanPerExecution).
-	m.settle.plan = querySettlePlanPerExecution
 	m.settle.dropped = "rows were claimed again, or their buckets are no longer this relay's, before it settled them; their outcome here is dropped and the bucket's owner delivers them"
 	m.owner = buckets.NewOwner(buckets.Config{
 		DB: e.pool, Schema: s, QuotedSchema: outbox.QuoteSchema(s), RelayID: e.cfg.ID, RowLease: e.cfg.Lease,

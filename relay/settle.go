@@ -258,13 +258,13 @@ func (s *settler) settleBatch(ctx context.Context, items []rowOutcome) error {
 // COMMITTED transaction and one round trip (inPipeline): each statement
 // takes its own snapshot, so the second sees what committed while the
 // first waited on locks, whatever the database's default isolation. Both
-// are prepared statements of the connection, parsed once and planned as
-// the mode's settings say (settleStatements.plan). Counted with callgrind on
+// are prepared statements of the connection, parsed and planned once
+// (querySettlePlan). Counted with callgrind on
 // PostgreSQL 15 (make bench-instructions), a settle that archives 10 rows
 // took 1.44 million instructions as a statement alone (planPerExecution:
 // parsed, analyzed and planned at every execution) and 0.73 million so.
 func (s *settler) inPipeline(ctx context.Context, stmt string, args pgx.StrictNamedArgs, dest []any, then *pipelined) error {
-	stmts := []pipelined{{sql: s.sql.plan}, {sql: stmt, args: args}}
+	stmts := []pipelined{{sql: querySettlePlan}, {sql: stmt, args: args}}
 	if then != nil {
 		stmts = append(stmts, *then)
 	}

@@ -147,21 +147,16 @@ const jitOff = `set_config('jit', 'off', true)`
 // bitmap scans off (as queryClaimPlan) every path is an index lookup
 // whatever the length of its arrays, so a generic plan is the plan each
 // execution would make. Planned for each execution, a settle at a steady
-// 10k rows/s spent a third of its time planning. JIT is off (jitOff).
+// 10k rows/s spent a third of its time planning. Nested loops are off as
+// well: a generic plan does not know how many ids a settle's arrays hold,
+// and one that expected a single row matched 936 settled rows with their
+// array in a nested loop, once per row (a partitioned settle of 1,000
+// rows took 550-770 ms instead of 27-37 ms); the settle's joins are
+// between its rows and its arrays, which a hash or merge join does in one
+// pass (queryMessagesSettle). JIT is off (jitOff).
 const querySettlePlan = `
 SELECT set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_nestloop', 'off', true),
        set_config('enable_seqscan', 'off', true),
        set_config('plan_cache_mode', 'force_generic_plan', true),
-       ` + jitOff
-
-// querySettlePlanPerExecution is querySettlePlan with a plan made for each
-// execution's arguments: partitioned mode's settle, whose fence checks
-// each row's bucket (messages_bucket) against the buckets the relay still
-// owns, took 550-770 ms instead of 27-37 ms with a generic plan, which
-// walks the bucket index rather than look the ids up (a 200,000-row burst,
-// four relays).
-const querySettlePlanPerExecution = `
-SELECT set_config('enable_bitmapscan', 'off', true),
-       set_config('enable_seqscan', 'off', true),
-       set_config('plan_cache_mode', 'force_custom_plan', true),
        ` + jitOff

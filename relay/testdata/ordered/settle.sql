@@ -32,9 +32,9 @@ WITH archived AS (
  RETURNING m.id, m.topic, m.payload, m.key, m.headers, m.idempotency_key, m.destination,
            m.created_at, m.attempts, d.reason, d.error, m.first_error
 ), dead_ids AS MATERIALIZED (
-    SELECT d.*, CASE WHEN t.id IS NULL THEN d.id ELSE nextval('"outbox".messages_id_seq') END AS dead_id
+    SELECT d.*, CASE WHEN EXISTS (SELECT FROM "outbox".dead_letters AS t WHERE t.id = d.id)
+                     THEN nextval('"outbox".messages_id_seq') ELSE d.id END AS dead_id
       FROM dead AS d
-      LEFT JOIN "outbox".dead_letters AS t ON t.id = d.id
 ), dead_insert AS (
     INSERT INTO "outbox".dead_letters (id, topic, payload, key, headers, idempotency_key, destination,
                                     created_at, attempts, reason, error, first_error)
