@@ -197,7 +197,8 @@ func (cr *claimRunner) runClaim(ctx context.Context, stmt string, args pgx.Stric
 // bench-instructions; the unordered claim, parse to commit): a poll of an
 // empty table 1.40 million instructions alone, 0.53 million so; a claim of
 // 10 rows past 20 leased ones 2.48 million alone, 1.65 million so
-// (docs/benchmarks.md, "The claim and the settle, counted").
+// (docs/benchmarks.md, "The claim and the settle, counted"; counted while
+// each execution was still planned, which the generic plan saves too).
 func (cr *claimRunner) inIndexOrder(ctx context.Context, stmt string, args pgx.StrictNamedArgs, limit int) (batch []claimedRow, held []heldKey, err error) {
 	err = inPipeline(ctx, cr.pool, "BEGIN ISOLATION LEVEL READ COMMITTED", []pipelined{{sql: cr.plan}, {sql: stmt, args: args}}, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {

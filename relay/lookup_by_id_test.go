@@ -53,23 +53,10 @@ func TestLookupsByID_CannotUseADueIndex(t *testing.T) {
 			if uses := leaseIndexScans(explain(t, tx, claim, claimArgs), isDue); len(uses) > 0 {
 				t.Errorf("the claim's update finds its rows through %s", uses)
 			}
-			var ids []int64
-			var seqs []int32
-			var dup []bool
-			rows, err := tx.Query(ctx, "SELECT id, claim_seq FROM "+db.Table("messages")+" WHERE leased_by IS NOT NULL")
-			if err != nil {
-				t.Fatal(err)
-			}
-			for rows.Next() {
-				var id int64
-				var seq int32
-				if err := rows.Scan(&id, &seq); err != nil {
-					t.Fatal(err)
-				}
-				ids, seqs, dup = append(ids, id), append(seqs, seq), append(dup, false)
-			}
-			if rows.Err() != nil || len(ids) != 300 {
-				t.Fatalf("the claim leased %d rows (%v); want 300", len(ids), rows.Err())
+			ids, seqs := leasedRows(t, tx, db)
+			dup := make([]bool, len(ids))
+			if len(ids) != 300 {
+				t.Fatalf("the claim leased %d rows; want 300", len(ids))
 			}
 			args := pgx.StrictNamedArgs{"archive_ids": ids, "archive_seqs": seqs, "archive_duplicate": dup}
 			for k, v := range fence {
