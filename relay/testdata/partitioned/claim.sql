@@ -13,6 +13,7 @@ WITH mine AS MATERIALIZED (
            SELECT m.id, m.leased_by, m.available_at, CASE WHEN octet_length(m.payload) <= @payload_max::bigint THEN octet_length(m.payload) ELSE 0 END AS size, m.key
              FROM "outbox".messages_all AS m
             WHERE "outbox".messages_bucket(m.key, m.id) BETWEEN 0 AND 63
+              AND octet_length(m.payload) >= 0
               AND ("outbox".messages_bucket(m.key, m.id), m.available_at) <= (o.bucket, now())
               AND ("outbox".messages_bucket(m.key, m.id), m.available_at) >= (o.bucket, @floor::timestamptz)
               AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
