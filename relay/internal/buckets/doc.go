@@ -33,7 +33,10 @@
 //
 // Only the excess and the deficit move. A bucket given up is released as
 // soon as it drains, not at the next round, and a relay short of its share
-// looks again five times per interval. When Run's context ends (the relay
+// looks again five times per interval. So does a relay whose rounds saw the
+// relays alive change within the last ten intervals (Times.Forming): when
+// relays start one after another, the one holding the buckets sees each
+// newcomer within a fifth of an interval. When Run's context ends (the relay
 // has stopped and settled everything) the owner releases every bucket, so
 // the others may take them at once; a relay that dies leaves its buckets to
 // the others when their leases run out (Times.Lease: the row lease plus

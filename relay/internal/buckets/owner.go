@@ -69,6 +69,10 @@ type Owner struct {
 	cfg   Config
 	times Times
 	alive atomic.Int64
+	// live is the relays alive at the last round, changed when they last
+	// changed (the zero time before the first round): Run's goroutine only.
+	live    []string
+	changed time.Time
 }
 
 // NewOwner returns an owner that owns no bucket yet.
@@ -107,8 +111,9 @@ func Lock(ctx context.Context, tx pgx.Tx, schema string, idle time.Duration) err
 // every bucket the relay owns: the relay has stopped and settled
 // everything, and the others may take them at once. Handovers go faster
 // than the interval: a bucket being given up is released as soon as its
-// rows in flight are settled, and a relay short of its share looks for
-// free buckets five times per interval.
+// rows in flight are settled, and a relay short of its share, or whose
+// rounds saw the relays alive change within Times.Forming, runs its next
+// round after a fifth of the interval (soon).
 func (o *Owner) Run(ctx context.Context) {
 	t := time.NewTicker(o.times.Renew)
 	defer t.Stop()
@@ -118,7 +123,7 @@ func (o *Owner) Run(ctx context.Context) {
 			o.cfg.Hooks.Round(err)
 		}
 		var soon <-chan time.Time
-		if short {
+		if o.soon(short, time.Now()) {
 			soon = time.After(o.times.Renew / 5)
 		}
 		select {
@@ -130,6 +135,14 @@ func (o *Owner) Run(ctx context.Context) {
 		case <-o.Drained():
 		}
 	}
+}
+
+// soon reports whether the next round comes after a fifth of the renewal
+// interval rather than a whole one: while the relay is short of its share
+// or giving buckets up (short), and within Times.Forming of the last
+// change its rounds saw in the relays alive, its first round included.
+func (o *Owner) soon(short bool, now time.Time) bool {
+	return short || (!o.changed.IsZero() && now.Sub(o.changed) < o.times.Forming)
 }
 
 // round runs one round, in one transaction that holds the schema's bucket
@@ -170,6 +183,9 @@ func (o *Owner) round(ctx context.Context) (short bool, err error) {
 	}
 	target := Share(max(slices.Index(live, o.cfg.RelayID), 0), len(live))
 	o.alive.Store(int64(len(live)))
+	if o.changed.IsZero() || !slices.Equal(live, o.live) {
+		o.live, o.changed = live, time.Now()
+	}
 
 	plan := o.Reconcile(renewed, target, o.cfg.RowLease, time.Now())
 	if len(plan.Lost) > 0 {

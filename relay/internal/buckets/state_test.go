@@ -192,7 +192,7 @@ func TestTimesFor(t *testing.T) {
 			t.Parallel()
 			got := TimesFor(tc.rowLease)
 			within := tc.rowLease + 3*tc.renew
-			want := Times{Renew: tc.renew, RenewWithin: within, Lease: within + 10*tc.renew, Alive: within + 10*tc.renew}
+			want := Times{Renew: tc.renew, RenewWithin: within, Lease: within + 10*tc.renew, Alive: within + 10*tc.renew, Forming: 10 * tc.renew}
 			if got != want {
 				t.Errorf("TimesFor(%v) = %+v, want %+v", tc.rowLease, got, want)
 			}

@@ -29,6 +29,13 @@ type Times struct {
 	// still holds them, which would make the others reach for a share they
 	// cannot get and then give it back.
 	Alive time.Duration
+	// Forming is how long after the relays alive last changed (a relay
+	// started, joined or left, as this relay's rounds saw it) its rounds
+	// come five times per renewal: ten renewals. Relays of a rolling start
+	// come up one after another; the one that holds the buckets sees each
+	// newcomer within a fifth of a renewal instead of a whole one, and
+	// starts giving up its excess that much sooner.
+	Forming time.Duration
 }
 
 // TimesFor returns the timings for a row lease.
@@ -36,5 +43,5 @@ func TimesFor(rowLease time.Duration) Times {
 	renew := min(max(rowLease/10, 100*time.Millisecond), time.Second)
 	within := rowLease + 3*renew
 	lease := within + 10*renew
-	return Times{Renew: renew, RenewWithin: within, Lease: lease, Alive: lease}
+	return Times{Renew: renew, RenewWithin: within, Lease: lease, Alive: lease, Forming: 10 * renew}
 }
