@@ -30,6 +30,14 @@
 #   claim        a claim of 10 rows past 20 that another relay holds
 #   settle       a settle that archives 10 rows
 #
+# And a key's oldest row from the id floor up, looked up through
+# messages_all as the keyed modes' claims look up each key of a claim
+# (relay/sql_buckets.go, ofKey), prepared with a generic plan: per lookup,
+# 5,000 keys of a table of 20,000 rows, 4 a key, not vacuumed (as a hot
+# table: each lookup visits the heap):
+#
+#   key lookup   one lookup
+#
 # Usage (as root or the postgres user; make bench-instructions):
 #
 #   internal/bench/instructions.sh bin/outbox-relay
@@ -121,10 +129,10 @@ testdata=$(dirname "$0")/../../relay/testdata
 flat() { tr '\n' ' ' <"$1"; }
 claim_alone=$(flat "$testdata/unordered/claim.sql" | sed -e "s/@floor::timestamptz/'-infinity'::timestamptz/;
 	s/@default_sink/'nats'/; s/@closed_sinks::text\[\]/'{}'::text[]/; s/@limit/10/; s/@byte_budget::bigint/100000000::bigint/;
-	s/@oversized::bool/true/; s/@relay_id/'r1'/; s/@lease::interval/'30s'::interval/")
+	s/@oversized::bool/true/; s/@relay_id/'r1'/; s/@lease::interval/'30s'::interval/; s/@payload_max::bigint/1048576::bigint/g")
 claim_prepared=$(flat "$testdata/unordered/claim.sql" | sed -e 's/@floor/$1/; s/@default_sink/$2/; s/@closed_sinks/$3/;
-	s/@limit/$4/; s/@byte_budget/$5/; s/@oversized/$6/; s/@relay_id/$7/; s/@lease/$8/')
-claim_args="'-infinity', 'nats', '{}', 10, 100000000, true, 'r1', '30s'"
+	s/@limit/$4/; s/@byte_budget/$5/; s/@oversized/$6/; s/@relay_id/$7/; s/@lease/$8/; s/@payload_max/$9/g')
+claim_args="'-infinity', 'nats', '{}', 10, 100000000, true, 'r1', '30s', 1048576"
 plan=$(flat "$testdata/shared/plan_claims.sql")
 settle_prepared=$(flat "$testdata/unordered/archive_only.sql" | sed -e 's/@archive_ids/$1/g; s/@archive_seqs/$2/; s/@archive_duplicate/$3/')
 custom="SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true)"
@@ -171,13 +179,13 @@ echo
 printf '%-12s %12s %12s %7s\n' statement alone prepared change
 setup "TRUNCATE outbox.messages;
 VACUUM ANALYZE outbox.messages;"
-both "idle poll" "$claim_alone" "PREPARE claim(timestamptz, text, text[], int, bigint, bool, text, interval) AS $claim_prepared" \
+both "idle poll" "$claim_alone" "PREPARE claim(timestamptz, text, text[], int, bigint, bool, text, interval, bigint) AS $claim_prepared" \
 	"EXECUTE claim($claim_args)" "$plan"
 setup "TRUNCATE outbox.messages;
 $insert, 30);
 UPDATE outbox.messages SET leased_by = 'other', leased_until = now() + interval '1 hour' WHERE id IN (SELECT id FROM outbox.messages ORDER BY id LIMIT 20);
 VACUUM ANALYZE outbox.messages;"
-both "claim" "$claim_alone" "PREPARE claim(timestamptz, text, text[], int, bigint, bool, text, interval) AS $claim_prepared" \
+both "claim" "$claim_alone" "PREPARE claim(timestamptz, text, text[], int, bigint, bool, text, interval, bigint) AS $claim_prepared" \
 	"EXECUTE claim($claim_args)" "$plan"
 # The settled rows get ids 1 to 10.
 setup "TRUNCATE outbox.messages;
@@ -189,3 +197,23 @@ settle_args="'{1,2,3,4,5,6,7,8,9,10}', '{1,1,1,1,1,1,1,1,1,1}', '{f,f,f,f,f,f,f,
 settle_alone=$(flat "$testdata/unordered/archive_only.sql" | sed -e "s/@archive_ids::bigint\[\]/'{1,2,3,4,5,6,7,8,9,10}'::bigint[]/g;
 	s/@archive_seqs::int\[\]/'{1,1,1,1,1,1,1,1,1,1}'::int[]/; s/@archive_duplicate::bool\[\]/'{f,f,f,f,f,f,f,f,f,f}'::bool[]/")
 both "settle" "$settle_alone" "PREPARE settle(bigint[], int[], bool[]) AS $settle_prepared" "EXECUTE settle($settle_args)" "$custom"
+
+# The key lookups: one statement, 5,000 lookups, run 10 times.
+setup "TRUNCATE outbox.messages;
+INSERT INTO outbox.messages (topic, payload, key) SELECT 'bench.events', decode(repeat('ab', 256), 'hex'), 'key-' || (i % 5000) FROM generate_series(1, 20000) AS i;
+ANALYZE outbox.messages;"
+{
+	echo "SET plan_cache_mode = force_generic_plan;"
+	echo "PREPARE lookups(int) AS SELECT count(*) FROM generate_series(0, \$1 - 1) AS k, LATERAL (SELECT o.id FROM outbox.messages_all AS o WHERE o.key IS NOT NULL AND (o.key, o.id) >= ('key-' || k, 0) AND (o.key, o.id) <= ('key-' || k, 9223372036854775807) ORDER BY o.key, o.id LIMIT 1) AS l;"
+	for _ in $(seq 1 10); do echo "EXECUTE lookups(5000);"; done
+} >"$dir/lookups.sql"
+{
+	echo "SET plan_cache_mode = force_generic_plan;"
+	echo "PREPARE lookups(int) AS SELECT count(*) FROM generate_series(0, \$1 - 1) AS k;"
+	for _ in $(seq 1 10); do echo "EXECUTE lookups(5000);"; done
+} >"$dir/keys.sql"
+chmod a+r "$dir"/*.sql
+lookups=$(count "$dir/lookups.sql")
+keys=$(count "$dir/keys.sql")
+echo
+awk -v l="$lookups" -v k="$keys" 'BEGIN { printf "%-12s %12.0f\n", "key lookup", (l-k)/50000 }'
