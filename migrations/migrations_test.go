@@ -2,12 +2,15 @@ package migrations_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
@@ -278,5 +281,49 @@ func TestApply_UnkeyedIndexOnlyInOrderedMode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Migration 26 adds its constraint to messages_all, which takes the
+// table's ACCESS EXCLUSIVE lock: behind a transaction that reads
+// messages_all it waits at most 5 s, then fails with the lock timeout's
+// error, naming the migration, and leaves the schema at version 25; once
+// the reader is gone it applies, and the rows pending in the generations
+// are all still there, read through messages_all.
+func TestApply_LeavingTheParentOutOfPlansWaitsAtMost5sForItsLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, conn, q := schemaAt(t, 25,
+		`INSERT INTO %[1]s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i %% 7) FROM generate_series(1, 100) AS i`)
+	reader := db.Conn(t)
+	tx, err := reader.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT count(*) FROM "+q+".messages_all"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = migrations.Apply(ctx, conn, db.Name)
+	waited := time.Since(start)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" || !strings.Contains(err.Error(), "026_") {
+		t.Fatalf("migrating behind a reader of messages_all: %v; want migration 26's lock timeout (55P03)", err)
+	}
+	if waited > 20*time.Second {
+		t.Errorf("the migration waited %s for its lock; want about 5 s", waited)
+	}
+	if v, err := migrations.CurrentVersion(ctx, conn, db.Name); err != nil || v != 25 {
+		t.Errorf("after the lock timeout the schema is at version %d (%v), want 25", v, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := migrations.Apply(ctx, conn, db.Name); err != nil || n != 1 {
+		t.Fatalf("migrating once the reader is gone applied %d migrations: %v; want 1", n, err)
+	}
+	var rows int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+q+".messages_all WHERE key IS NOT NULL").Scan(&rows); err != nil || rows != 100 {
+		t.Errorf("messages_all holds %d keyed rows after migration 26 (%v), want the 100 pending", rows, err)
 	}
 }

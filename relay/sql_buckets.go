@@ -193,7 +193,7 @@ const bucketOwned = `
 // The walk's one condition strict in a column, octet_length(m.payload) >= 0,
 // is true of every row (payload is NOT NULL): it lets the planner leave
 // messages_all itself, which holds no row, out of the walk (migration 26),
-// as every other statement's conditions on id, key or available_at do. A
+// as the other claims' conditions on id, key or available_at do. A
 // strict condition on available_at, id or key would imply the predicates of
 // indexes the walk must not use.
 var bucketWalk = `

@@ -122,6 +122,7 @@ func (o *Owner) Run(ctx context.Context) {
 		if err == nil || ctx.Err() == nil {
 			o.cfg.Hooks.Round(err)
 		}
+		t.Reset(o.times.Renew) // a renewal after this round, not between sooner ones
 		var soon <-chan time.Time
 		if o.soon(short, time.Now()) {
 			soon = time.After(o.times.Renew / 5)
@@ -139,8 +140,8 @@ func (o *Owner) Run(ctx context.Context) {
 
 // soon reports whether the next round comes after a fifth of the renewal
 // interval rather than a whole one: while the relay is short of its share
-// or giving buckets up (short), and within Times.Forming of the last
-// change its rounds saw in the relays alive, its first round included.
+// or giving buckets up (short), or within Times.Forming of the last change
+// its rounds saw in the relays alive, its first round included.
 func (o *Owner) soon(short bool, now time.Time) bool {
 	return short || (!o.changed.IsZero() && now.Sub(o.changed) < o.times.Forming)
 }
