@@ -267,3 +267,72 @@ func leasedRows(t *testing.T, tx pgx.Tx, db *dbtest.Schema) (ids []int64, seqs [
 	}
 	return ids, seqs
 }
+
+// TestPlans_LeaveOutTheEmptyParent: every claim and settle statement of
+// every mode selects its rows by a column with a strict condition, so
+// that the planner leaves messages_all itself, which holds no row, out of
+// its plan (migration 26): the claims with and without held keys, ordered
+// mode's claims of heads and of rows without a key, the settles whole and
+// archiving only, and ordered mode's promotion after a settle.
+func TestPlans_LeaveOutTheEmptyParent(t *testing.T) {
+	for _, mode := range outbox.Modes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t)
+			db.SetMode(t, mode)
+			db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', CASE WHEN i % 3 > 0 THEN 'k' || (i % 7) END FROM generate_series(1, 300) AS i`)
+			r, err := New(db.Pool, Config{Schema: db.Name, Mode: mode, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx := planTx(t, db)
+			req := claimRequest{limit: 1000, bytes: 1 << 30, closed: []string{}}
+			var claimArgs, fence pgx.StrictNamedArgs
+			if mode != outbox.ModeOrdered {
+				_, _, claimArgs, fence = lookupStatements(t, tx, db, r)
+			}
+			settleArgs := pgx.StrictNamedArgs{
+				"archive_ids": []int64{}, "archive_seqs": []int32{}, "archive_duplicate": []bool{},
+				"requeue_ids": []int64{}, "requeue_seqs": []int32{}, "requeue_delay_us": []int64{}, "requeue_errors": []string{}, "requeue_release": []bool{},
+				"dead_ids": []int64{}, "dead_seqs": []int32{}, "dead_reasons": []string{}, "dead_errors": []string{},
+			}
+			maps.Copy(settleArgs, fence)
+			archiveArgs := pgx.StrictNamedArgs{"archive_ids": []int64{}, "archive_seqs": []int32{}, "archive_duplicate": []bool{}}
+			maps.Copy(archiveArgs, fence)
+			type statement struct {
+				name string
+				sql  string
+				args pgx.StrictNamedArgs
+			}
+			var statements []statement
+			var settle settleStatements
+			switch m := r.mode.(type) {
+			case *unordered:
+				settle = m.settle
+				statements = append(statements, statement{"claim", m.claim, claimArgs})
+			case *ordered:
+				settle = m.settle
+				statements = append(statements,
+					statement{"claim of heads", m.claimHeads, m.headsClaimArgs(req)},
+					statement{"claim of rows without a key", m.claimUnkeyed, r.engine.claims.claimArgs(req)},
+					statement{"promotion", settle.then, pgx.StrictNamedArgs{"keys": []string{"k1", "k2"}, "after": []int64{1, 2}}})
+			case *partitioned:
+				settle = m.settle
+				held := maps.Clone(claimArgs)
+				held["held_keys"] = []string{"k1", "k2"}
+				statements = append(statements,
+					statement{"claim", m.claims[0], claimArgs},
+					statement{"claim with held keys", m.claims[1], held})
+			}
+			statements = append(statements, statement{"settle", settle.settle, settleArgs})
+			if settle.archiveOnly != "" {
+				statements = append(statements, statement{"archiving settle", settle.archiveOnly, archiveArgs})
+			}
+			for _, s := range statements {
+				if scans := parentScans(explain(t, tx, s.sql, s.args)); len(scans) > 0 {
+					t.Errorf("the %s scans messages_all itself, which holds no row: %s", s.name, scans)
+				}
+			}
+		})
+	}
+}
