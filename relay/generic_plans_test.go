@@ -42,21 +42,15 @@ func TestGenericPlans_StayIndexWalksAsTheTablesGrow(t *testing.T) {
 			var claim string
 			var args pgx.StrictNamedArgs
 			var settle settleStatements
-			fence := pgx.StrictNamedArgs{}
+			var fence pgx.StrictNamedArgs
 			switch m := r.mode.(type) {
 			case *unordered:
 				claim, args, settle = m.claim, r.engine.claims.claimArgs(req), m.settle
 			case *ordered:
 				claim, args, settle = m.claimHeads, m.headsClaimArgs(req), m.settle
 			case *partitioned:
-				db.Exec(t, "UPDATE %s.buckets SET owner = $1, epoch = 1, lease_until = now() + interval '1 hour'", r.cfg.ID)
-				var buckets, shares []int32
-				var epochs []int64
-				for b := range int32(64) {
-					buckets, epochs, shares = append(buckets, b), append(epochs, 1), append(shares, 1000)
-				}
-				claim, args, settle = m.claims[0], m.bucketsClaimArgs(req, buckets, epochs, shares), m.settle
-				fence = pgx.StrictNamedArgs{"relay_id": r.cfg.ID, "fence_buckets": buckets, "fence_epochs": epochs}
+				args, fence = ownEveryBucket(t, db.Pool, db, r, m, req)
+				claim, settle = m.claims[0], m.settle
 			}
 			// Prepared statements belong to the session: both are prepared,
 			// and their generic plans made, on empty tables in a first

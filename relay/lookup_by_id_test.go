@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -408,20 +409,32 @@ func lookupStatements(t *testing.T, tx pgx.Tx, db *dbtest.Schema, r *Relay) (cla
 		claimArgs = r.engine.claims.claimArgs(req)
 		return m.claim, m.settle.archiveOnly, claimArgs, nil
 	case *partitioned:
-		if _, err := tx.Exec(context.Background(), "UPDATE "+db.Table("buckets")+" SET owner = $1, epoch = 1, lease_until = now() + interval '1 hour'", r.cfg.ID); err != nil {
-			t.Fatal(err)
-		}
-		var buckets, shares []int32
-		var epochs []int64
-		for b := range int32(64) {
-			buckets, epochs, shares = append(buckets, b), append(epochs, 1), append(shares, 1000)
-		}
-		claimArgs = m.bucketsClaimArgs(req, buckets, epochs, shares)
-		fence = pgx.StrictNamedArgs{"relay_id": r.cfg.ID, "fence_buckets": buckets, "fence_epochs": epochs}
+		claimArgs, fence = ownEveryBucket(t, tx, db, r, m, req)
 		return m.claims[0], m.settle.archiveOnly, claimArgs, fence
 	}
 	t.Fatalf("no statements for mode %T", r.mode)
 	return "", "", nil, nil
+}
+
+// ownEveryBucket makes r the owner of all 64 buckets of db, under epoch 1
+// for an hour, through exec (a transaction, or the pool to commit it), and
+// returns the arguments of m's claim for req over them, each bucket's
+// share 1,000 rows, and the fence arguments of its settles.
+func ownEveryBucket(t *testing.T, exec interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, db *dbtest.Schema, r *Relay, m *partitioned, req claimRequest) (claimArgs, fence pgx.StrictNamedArgs) {
+	t.Helper()
+	if _, err := exec.Exec(context.Background(), "UPDATE "+db.Table("buckets")+" SET owner = $1, epoch = 1, lease_until = now() + interval '1 hour'", r.cfg.ID); err != nil {
+		t.Fatal(err)
+	}
+	var buckets, shares []int32
+	var epochs []int64
+	for b := range int32(64) {
+		buckets, epochs, shares = append(buckets, b), append(epochs, 1), append(shares, 1000)
+	}
+	claimArgs = m.bucketsClaimArgs(req, buckets, epochs, shares)
+	fence = pgx.StrictNamedArgs{"relay_id": r.cfg.ID, "fence_buckets": buckets, "fence_epochs": epochs}
+	return claimArgs, fence
 }
 
 // pinHorizon opens a session on db that holds a REPEATABLE READ snapshot,

@@ -2,12 +2,8 @@ package buckets
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -24,17 +20,7 @@ func TestRounds_ComeSoonerWhileTheRelaysAliveChange(t *testing.T) {
 	ctx := context.Background()
 	db := dbtest.New(t)
 	db.SetMode(t, outbox.ModePartitioned)
-	owner := func(id string) *Owner {
-		return NewOwner(Config{
-			DB: db.Pool, Schema: db.Name, QuotedSchema: outbox.QuoteSchema(db.Name), RelayID: id, RowLease: 30 * time.Second,
-			Heartbeat: func(ctx context.Context, tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, "INSERT INTO "+db.Table("relays")+" (id, version, mode, notify) VALUES ($1, 'test', 'partitioned', false)"+
-					" ON CONFLICT (id) DO UPDATE SET last_seen = now()", id)
-				return err
-			},
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
-	}
+	owner := func(id string) *Owner { return testOwner(db, id) }
 	round := func(o *Owner) bool {
 		t.Helper()
 		short, err := o.round(ctx)

@@ -23,15 +23,7 @@ func TestRound_RenewsABucketOnlyWhenItsLeaseEndsWithinRenewWithin(t *testing.T) 
 	ctx := context.Background()
 	db := dbtest.New(t)
 	db.SetMode(t, outbox.ModePartitioned)
-	o := NewOwner(Config{
-		DB: db.Pool, Schema: db.Name, QuotedSchema: outbox.QuoteSchema(db.Name), RelayID: "relay-a", RowLease: 30 * time.Second,
-		Heartbeat: func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, "INSERT INTO "+db.Table("relays")+" (id, version, mode, notify) VALUES ('relay-a', 'test', 'partitioned', false)"+
-				" ON CONFLICT (id) DO UPDATE SET last_seen = now()")
-			return err
-		},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	o := testOwner(db, "relay-a")
 	type version struct {
 		xmin  string
 		epoch int64
@@ -96,4 +88,18 @@ func TestRound_RenewsABucketOnlyWhenItsLeaseEndsWithinRenewWithin(t *testing.T) 
 			t.Errorf("bucket %d was written again while its lease had %s left", b, before[b].left)
 		}
 	}
+}
+
+// testOwner returns an owner of db's buckets as relay id, with a 30 s row
+// lease, whose heartbeat records id in the relays table.
+func testOwner(db *dbtest.Schema, id string) *Owner {
+	return NewOwner(Config{
+		DB: db.Pool, Schema: db.Name, QuotedSchema: outbox.QuoteSchema(db.Name), RelayID: id, RowLease: 30 * time.Second,
+		Heartbeat: func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "INSERT INTO "+db.Table("relays")+" (id, version, mode, notify) VALUES ($1, 'test', 'partitioned', false)"+
+				" ON CONFLICT (id) DO UPDATE SET last_seen = now()", id)
+			return err
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
 }
