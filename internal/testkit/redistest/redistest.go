@@ -70,22 +70,40 @@ func Start(t testing.TB, opts ...Options) *Server {
 	if len(opts) > 0 {
 		s.opts = opts[0]
 	}
-	s.Addr = "127.0.0.1:" + strconv.Itoa(freePort(t))
-	if s.opts.TLS != nil {
-		s.TLSAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
-	}
-	s.admin = goredis.NewClient(&goredis.Options{Addr: s.Addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1})
 	t.Cleanup(func() {
 		s.kill()
-		_ = s.admin.Close()
+		if s.admin != nil {
+			_ = s.admin.Close()
+		}
 		if t.Failed() {
 			s.mu.Lock()
 			t.Logf("redis-server output:\n%s", s.output.String())
 			s.mu.Unlock()
 		}
 	})
-	s.Start(t)
-	return s
+	// A free port may be taken by another process between freePort and
+	// redis-server's bind (tests of other packages run beside these): the
+	// server then exits at once, and starts again on other ports.
+	for attempt := 1; ; attempt++ {
+		s.Addr = "127.0.0.1:" + strconv.Itoa(freePort(t))
+		if s.opts.TLS != nil {
+			s.TLSAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
+		}
+		if s.admin != nil {
+			_ = s.admin.Close()
+		}
+		s.admin = goredis.NewClient(&goredis.Options{Addr: s.Addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1})
+		out, started := s.launch(t)
+		if started {
+			return s
+		}
+		if !strings.Contains(out, "Address already in use") || attempt == 5 {
+			t.Fatalf("redis-server exited at start:\n%s", out)
+		}
+		s.mu.Lock()
+		s.output.Reset()
+		s.mu.Unlock()
+	}
 }
 
 // URL is redis://Addr.
@@ -97,6 +115,15 @@ func (s *Server) TLSURL() string { return "rediss://" + s.TLSAddr }
 // Start starts the stopped server again on its ports, with the data it
 // held when it stopped.
 func (s *Server) Start(t testing.TB) {
+	t.Helper()
+	if out, started := s.launch(t); !started {
+		t.Fatalf("redis-server exited at start:\n%s", out)
+	}
+}
+
+// launch starts redis-server on the server's ports and waits until it
+// answers; when it exits first, launch returns its output and false.
+func (s *Server) launch(t testing.TB) (output string, started bool) {
 	t.Helper()
 	_, port, _ := net.SplitHostPort(s.Addr)
 	args := []string{
@@ -135,14 +162,13 @@ func (s *Server) Start(t testing.TB) {
 		err := s.admin.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			return
+			return "", true
 		}
 		select {
 		case <-done:
 			s.mu.Lock()
-			out := s.output.String()
-			s.mu.Unlock()
-			t.Fatalf("redis-server exited at start:\n%s", out)
+			defer s.mu.Unlock()
+			return s.output.String(), false
 		default:
 		}
 		if time.Now().After(deadline) {
