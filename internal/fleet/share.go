@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -147,15 +148,40 @@ func (sh *shares) TraceAcquireEnd(ctx context.Context, _ *pgxpool.Pool, data pgx
 	}
 }
 
-// TraceRelease gives the connection's place back to its outbox.
+// cleanupWait bounds how long a closed connection's place waits for its
+// cleanup (pgconn bounds it at 15 s too; a connection closed otherwise,
+// hijacked, might never signal it).
+const cleanupWait = 15 * time.Second
+
+// TraceRelease gives the connection's place back to its outbox. A
+// connection closed by its statement's context (a claim's deadline passed
+// while the messages table is locked) is released at once, while pgconn
+// cancels the statement and closes the connection in the background: the
+// server goes on running the statement, waiting on the lock, until the
+// cancel reaches it. Its place is given back once that is done
+// (pgconn.PgConn.CleanupDone, at most cleanupWait), so that the outbox's next
+// statement does not wait beside it past its share.
 func (sh *shares) TraceRelease(_ *pgxpool.Pool, data pgxpool.TraceReleaseData) {
 	sh.mu.Lock()
 	s := sh.holder[data.Conn]
 	delete(sh.holder, data.Conn)
 	sh.mu.Unlock()
-	if s != nil {
-		sh.give(s)
+	if s == nil {
+		return
 	}
+	if pc := data.Conn.PgConn(); pc != nil && pc.IsClosed() {
+		go func() {
+			t := time.NewTimer(cleanupWait)
+			defer t.Stop()
+			select {
+			case <-pc.CleanupDone():
+			case <-t.C:
+			}
+			sh.give(s)
+		}()
+		return
+	}
+	sh.give(s)
 }
 
 // TraceQueryStart and TraceQueryEnd make shares a pgx.QueryTracer, the

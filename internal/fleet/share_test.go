@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
 )
 
 // acquire runs the tracer's side of a successful Acquire for the outbox
@@ -150,5 +152,87 @@ func TestShares_FailedOrUncountedAcquiresHoldNothing(t *testing.T) {
 	release(sh, acquire(sh, context.Background()))
 	if got, gotB := held(sh, a), held(sh, b); got != shareMost || gotB != 0 || len(sh.holder) != shareMost {
 		t.Errorf("held %d and %d (%d connections named), want %d and 0", got, gotB, len(sh.holder), shareMost)
+	}
+}
+
+// A statement cut off by its context while it waits on a lock goes on
+// waiting on the server until pgconn's cancel reaches it, after the pool
+// has released its connection: its outbox's place is given back only once
+// the server let it go, so that the outbox's next statement never waits
+// beside it past the outbox's share. Real PostgreSQL, a table locked by
+// another session, a share of two with one place held.
+func TestShares_AStatementCutOffWhileWaitingHoldsItsPlaceUntilTheServerEndsIt(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	locked := db.Table("locked")
+	if _, err := db.Pool.Exec(ctx, "CREATE TABLE "+locked+" (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Conn(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+locked+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+
+	sh := newShares(shareFloor * 10) // ten outboxes: a share of shareFloor
+	pc, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := db.Name + "_share"
+	pc.MaxConns = 5
+	pc.ConnConfig.Tracer = sh
+	pc.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	outbox, _ := sh.join(ctx)
+	for range 9 {
+		sh.join(ctx)
+	}
+	idle, err := pool.Acquire(outbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Release()
+
+	for i := range 5 {
+		// Idle connections in the pool, as a relay's has: the next
+		// Acquire takes one at once rather than connecting.
+		var warm []*pgxpool.Conn
+		for range 3 {
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			warm = append(warm, c)
+		}
+		for _, c := range warm {
+			c.Release()
+		}
+		cut, cancel := context.WithTimeout(outbox, 100*time.Millisecond)
+		_, err := pool.Exec(cut, "SELECT count(*) FROM "+locked)
+		cancel()
+		if err == nil {
+			t.Fatal("a statement on the locked table returned before the lock was released")
+		}
+		next, err := pool.Acquire(outbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var waiting int
+		if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", app).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		next.Release()
+		if waiting != 0 {
+			t.Fatalf("statement %d: the outbox took its next connection while the server still ran the statement cut off before it (%d backends waiting on the lock)", i, waiting)
+		}
 	}
 }
