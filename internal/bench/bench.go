@@ -487,7 +487,9 @@ func StreamMessages(ctx context.Context, url, stream string) (uint64, error) {
 
 func counts(ctx context.Context, pool *pgxpool.Pool, schema string) (left, archived int64, err error) {
 	q := outbox.QuoteSchema(schema)
-	err = pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+q+".messages), (SELECT count(*) FROM "+q+".archive)").Scan(&left, &archived)
+	// Every generation of the hot table: a rotation during a long drain
+	// leaves rows in a draining one.
+	err = pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+q+".messages_all), (SELECT count(*) FROM "+q+".archive)").Scan(&left, &archived)
 	return left, archived, err
 }
 

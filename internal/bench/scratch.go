@@ -122,8 +122,10 @@ func resetStream(ctx context.Context, url string) error {
 }
 
 // storeRetries is how many times resetStream tries to create the stream
-// while the server cannot create its store.
-const storeRetries = 5
+// while the server cannot create its store, 200 ms apart: 10 s. Five
+// tries (1 s) were not enough on a loaded CI machine (load 5-8, the whole
+// suite running beside; benchcmp's TestManyOutboxes, 2026-11-29).
+const storeRetries = 50
 
 // storeNotCreated reports whether err is the server's failure to create a
 // stream's store (JetStream error 10049, "error creating store for

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -71,9 +72,44 @@ func withApplicationName(t *testing.T, u, name string) string {
 // holding it for delay: a destination slow enough that the relays have
 // deliveries in flight whenever a test stops one of them.
 func slowReceiver(t *testing.T, delay time.Duration) *webhooktest.Receiver {
+	rcv, _ := slowReceiverCounting(t, delay)
+	return rcv
+}
+
+// heldRequests counts, per relay, the requests a slow receiver is holding:
+// a relay is told apart by the ?relay= its WEBHOOK_URL carries (relayURL).
+type heldRequests struct {
+	mu   sync.Mutex
+	held map[string]int
+}
+
+// from returns how many of relay id's requests the receiver holds now.
+func (h *heldRequests) from(id string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held[id]
+}
+
+// relayURL is rcv's URL as relay id's WEBHOOK_URL, for heldRequests.
+func relayURL(rcv *webhooktest.Receiver, id string) string {
+	return rcv.URL + "?relay=" + url.QueryEscape(id)
+}
+
+// slowReceiverCounting is slowReceiver, and what it holds of each relay's.
+func slowReceiverCounting(t *testing.T, delay time.Duration) (*webhooktest.Receiver, *heldRequests) {
 	t.Helper()
 	rcv := webhooktest.NewReceiver(t)
+	h := &heldRequests{held: map[string]int{}}
 	rcv.RespondWith(func(w http.ResponseWriter, r *http.Request) int {
+		id := r.URL.Query().Get("relay")
+		h.mu.Lock()
+		h.held[id]++
+		h.mu.Unlock()
+		defer func() {
+			h.mu.Lock()
+			h.held[id]--
+			h.mu.Unlock()
+		}()
 		select {
 		case <-time.After(delay):
 		case <-r.Context().Done():
@@ -81,7 +117,7 @@ func slowReceiver(t *testing.T, delay time.Duration) *webhooktest.Receiver {
 		}
 		return 0 // the default: 204
 	})
-	return rcv
+	return rcv, h
 }
 
 // insertUnkeyed writes n rows without a key, with idempotency keys free-i.
@@ -507,7 +543,14 @@ func TestProcess_PartitionedFourRelaysOneKilledOneAddedKeepEveryKeyInOrder(t *te
 // it resumes (a liveness problem of its own, not what this test is about).
 // It tries again, after SIGCONT, until such a moment comes, and returns how
 // many rows the paused relay has leased and not settled.
-func pauseWithRowsInFlight(t *testing.T, db *dbtest.Schema, p *process, id string) int {
+//
+// Rows leased in the table are not yet rows in the relay's hands: paused
+// after its claim committed and before it read the reply, the relay finds
+// the claim's deadline passed when it resumes, and never sees those rows.
+// So the moment must also find a request of the relay's held by the
+// receiver (held, from a slowReceiverCounting whose relayURL it posts to):
+// a delivery whose outcome the relay has still to settle.
+func pauseWithRowsInFlight(t *testing.T, db *dbtest.Schema, p *process, id string, held *heldRequests) int {
 	t.Helper()
 	ctx := context.Background()
 	for attempt := 1; ; attempt++ {
@@ -522,6 +565,7 @@ func pauseWithRowsInFlight(t *testing.T, db *dbtest.Schema, p *process, id strin
 		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
+		delivering := held.from(id) > 0
 		// Statements it sent before it stopped run to their end.
 		var inTx, inFlight int
 		waitfor.Condition(t, 30*time.Second, "the statements "+id+" sent to end", func() bool {
@@ -534,7 +578,7 @@ func pauseWithRowsInFlight(t *testing.T, db *dbtest.Schema, p *process, id strin
 		if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Table("messages")+" WHERE leased_by = $1 AND leased_until > now()", id).Scan(&inFlight); err != nil {
 			t.Fatal(err)
 		}
-		if inTx == 0 && inFlight > 0 {
+		if inTx == 0 && inFlight > 0 && delivering {
 			t.Logf("%s paused at attempt %d with %d rows in flight", id, attempt, inFlight)
 			return inFlight
 		}
@@ -586,8 +630,8 @@ func TestProcess_PartitionedPausedRelaySettlesNothingItLost(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	// Slow enough that relay A always has deliveries in flight.
-	rcv := slowReceiver(t, 100*time.Millisecond)
-	a := startProcess(t, partitionedEnv(t, db, rcv, "relay-a")...)
+	rcv, held := slowReceiverCounting(t, 100*time.Millisecond)
+	a := startProcess(t, append(partitionedEnv(t, db, rcv, "relay-a"), "WEBHOOK_URL="+relayURL(rcv, "relay-a"))...)
 	b := startProcess(t, partitionedEnv(t, db, rcv, "relay-b")...)
 	waitShares(t, db, map[string]int{"relay-a": 32, "relay-b": 32})
 
@@ -599,7 +643,7 @@ func TestProcess_PartitionedPausedRelaySettlesNothingItLost(t *testing.T) {
 		return db.Count(t, "archive") > 0
 	})
 	lostBefore := metricValue(a.metrics(), leaseLostSeries)
-	inFlight := pauseWithRowsInFlight(t, db, a, "relay-a")
+	inFlight := pauseWithRowsInFlight(t, db, a, "relay-a", held)
 
 	// B takes over A's buckets once their leases run out, and delivers
 	// everything, A's rows in flight included.
