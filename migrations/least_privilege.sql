@@ -52,7 +52,7 @@ GRANT SELECT (idempotency_key) ON :"schema".messages TO :"producer";
 -- read and write, and no DDL. It claims and settles rows (FOR UPDATE and the
 -- LOCK of a mode switch need UPDATE), archives them, records delivered keys,
 -- dead-letters, registers itself, keeps the mode and the partitioned-mode
--- buckets, drops expired partitions of the archive and the delivered keys
+-- buckets, shares the gauges' counts, drops expired partitions of the archive and the delivered keys
 -- and deletes their expired rows, and
 -- checks the schema's version.
 GRANT USAGE ON SCHEMA :"schema" TO :"relay";
@@ -65,6 +65,7 @@ GRANT SELECT, INSERT ON :"schema".dead_letters TO :"relay";
 GRANT SELECT, UPDATE ON :"schema".relay_mode TO :"relay";
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".relays TO :"relay";
 GRANT SELECT, UPDATE ON :"schema".buckets TO :"relay";
+GRANT SELECT, UPDATE ON :"schema".gauge_readings TO :"relay";
 GRANT EXECUTE ON FUNCTION :"schema".messages_apply_mode() TO :"relay";
 -- Adds and drops the partitions of the archive and the delivered keys
 -- (relay/internal/history), as the schema's owner.
@@ -97,6 +98,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".dead_letters TO :"operator";
 GRANT SELECT ON :"schema".relay_mode TO :"operator";
 GRANT SELECT ON :"schema".relays TO :"operator";
 GRANT SELECT ON :"schema".buckets TO :"operator";
+GRANT SELECT ON :"schema".gauge_readings TO :"operator";
 
 -- Not granted here: pg_read_all_stats. PostgreSQL shows every role when a
 -- session's snapshot was taken (backend_xmin), but when its transaction

@@ -319,8 +319,8 @@ func TestApply_LeavingTheParentOutOfPlansWaitsAtMost5sForItsLock(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := migrations.Apply(ctx, conn, db.Name); err != nil || n != 1 {
-		t.Fatalf("migrating once the reader is gone applied %d migrations: %v; want 1", n, err)
+	if n, err := migrations.Apply(ctx, conn, db.Name); err != nil || n != int(migrations.Latest())-25 {
+		t.Fatalf("migrating once the reader is gone applied %d migrations: %v; want %d", n, err, migrations.Latest()-25)
 	}
 	var rows int
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+q+".messages_all WHERE key IS NOT NULL").Scan(&rows); err != nil || rows != 100 {

@@ -65,9 +65,9 @@ func (e *engine) chainKeys(batch []claimedRow) {
 	}
 }
 
-// countDueRows counts the due rows per sink (queryMessagesBacklog) with
-// add, for the modes where every due row may be claimed.
-func (e *engine) countDueRows(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) error {
+// countDueRows counts the due rows per sink (queryMessagesBacklog) into r,
+// for the modes where every due row may be claimed.
+func (e *engine) countDueRows(ctx context.Context, r *gaugeReadings) error {
 	rows, err := e.pool.Query(ctx, e.backlog, planPerExecution, pgx.StrictNamedArgs{"default_sink": e.cfg.DefaultSink, "cap": gaugeCountCap, "floor": e.floor.Current()})
 	if err != nil {
 		return fmt.Errorf("query backlog: %w", err)
@@ -75,7 +75,7 @@ func (e *engine) countDueRows(ctx context.Context, add func(sink string, due int
 	var sink string
 	var due int64
 	_, err = pgx.ForEachRow(rows, []any{&sink, &due}, func() error {
-		add(sink, due, nil)
+		r.addDue(sink, due, nil)
 		return nil
 	})
 	if err != nil {

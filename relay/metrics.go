@@ -39,7 +39,13 @@ type Metrics struct {
 	HotTableDeadTuples prometheus.Gauge
 	LockWaits          prometheus.Gauge
 	StatsErrors        prometheus.Counter
-	RetentionDeleted   *prometheus.CounterVec
+	// StatsCounted counts the refreshes whose counts this relay made; the
+	// others used the counts of another relay of the schema
+	// (relay/internal/sharedcount). StatsAge is how old the counts the
+	// gauges show were when they were set.
+	StatsCounted     prometheus.Counter
+	StatsAge         prometheus.Gauge
+	RetentionDeleted *prometheus.CounterVec
 	// HistoryPartitions counts the partitions of the archive and the
 	// delivered keys (relay/internal/history).
 	HistoryPartitions *prometheus.GaugeVec
@@ -188,6 +194,14 @@ func NewMetrics() *Metrics {
 		StatsErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Name: "stats_errors_total",
 			Help: "Failed refreshes of the backlog gauges.",
+		}),
+		StatsCounted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "stats_counted_total",
+			Help: "Refreshes of the backlog gauges whose counts this relay made; the others used the counts another relay of the schema made.",
+		}),
+		StatsAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "stats_age_seconds",
+			Help: "How old the counts of the backlog gauges were when they were last set (another relay of the schema may have counted them).",
 		}),
 		BlockedKeys: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "blocked_keys",

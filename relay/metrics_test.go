@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +164,59 @@ func TestRelay_NewRefusesAnInvalidConfig(t *testing.T) {
 		mutate(&cfg)
 		if _, err := relay.New(b.db.Pool, cfg); err == nil {
 			t.Errorf("%s: New accepted the config", name)
+		}
+	}
+}
+
+// TestMetrics_RelaysOfASchemaTakeTurnsCountingTheGauges: the backlog and
+// table-health counts are the same for every relay of a schema, so the
+// relays take turns making them (relay/internal/sharedcount). Two relays
+// whose gauges refresh every 200 ms both show the backlog, and between them
+// count at most once per nine tenths of an interval, where each alone
+// would count every 200 ms; a relay that used the other's counts shows
+// that they were older than its own would be.
+func TestMetrics_RelaysOfASchemaTakeTurnsCountingTheGauges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.nats.Stop() // the rows stay due
+	relaytest.InsertRows(t, b.db, 300, "events.a")
+	const interval = 200 * time.Millisecond
+	var ms []*relay.Metrics
+	for _, id := range []string{"relay-1", "relay-2"} {
+		cfg := b.config(t)
+		cfg.ID = id
+		cfg.StatsInterval = interval
+		ms = append(ms, cfg.Metrics)
+		relaytest.Start(t, b.db.Pool, cfg)
+	}
+	counted := func() float64 { return testutil.ToFloat64(ms[0].StatsCounted) + testutil.ToFloat64(ms[1].StatsCounted) }
+	for i, m := range ms {
+		waitfor.Condition(t, 10*time.Second, fmt.Sprintf("relay-%d's backlog gauge", i+1), func() bool {
+			return testutil.ToFloat64(m.Backlog.WithLabelValues("nats")) == 300
+		})
+	}
+
+	start, before := time.Now(), counted()
+	var readAge float64
+	waitfor.Condition(t, 10*time.Second, "a relay to show counts another relay made", func() bool {
+		for _, m := range ms {
+			readAge = max(readAge, testutil.ToFloat64(m.StatsAge))
+		}
+		return readAge > 0
+	})
+	time.Sleep(3 * time.Second)
+	elapsed, n := time.Since(start), counted()-before
+	// A count begins at least nine tenths of an interval after the one
+	// before it (two more: the ones under way at either end).
+	if limit := elapsed.Seconds()/(0.9*interval.Seconds()) + 2; n > limit {
+		t.Errorf("two relays counted the gauges %v times in %s; taking turns, at most %.0f", n, elapsed.Round(time.Millisecond), limit)
+	}
+	for i, m := range ms {
+		if got := testutil.ToFloat64(m.Backlog.WithLabelValues("nats")); got != 300 {
+			t.Errorf("relay-%d's backlog gauge = %v, want 300", i+1, got)
+		}
+		if got := testutil.ToFloat64(m.StatsErrors); got != 0 {
+			t.Errorf("relay-%d's stats_errors_total = %v", i+1, got)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -33,12 +32,12 @@ type deliveryMode interface {
 	// runMode does the mode's own work until ctx ends, which happens once the
 	// relay has settled every outcome.
 	runMode(ctx context.Context)
-	// countDue counts the rows due per sink with add, for the backlog
-	// gauge, and refreshes the mode's own gauges. It reports whether the
-	// oldest due times it passed are the ones to report: when a row may be
-	// due by the table and still wait (behind its key), the table's oldest
-	// due row is not.
-	countDue(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) (oldestKnown bool, err error)
+	// countDue counts the rows due per sink into r (gaugeReadings.addDue),
+	// for the backlog gauge, and the mode's own gauges' counts. It sets
+	// r.OldestKnown when the oldest due times it passed are the ones to
+	// report: when a row may be due by the table and still wait (behind
+	// its key), the table's oldest due row is not.
+	countDue(ctx context.Context, r *gaugeReadings) error
 }
 
 // newMode returns the mode e's configuration names.

@@ -191,28 +191,27 @@ func (m *ordered) repair(ctx context.Context) {
 
 // countDue counts the rows without a key that are due and the due
 // candidates (rows waiting behind their key's head are not due), with their
-// oldest due times, and sets the blocked keys and the rows waiting on their
-// key.
-func (m *ordered) countDue(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) (bool, error) {
+// oldest due times, and the blocked keys and the rows waiting on their key.
+func (m *ordered) countDue(ctx context.Context, r *gaugeReadings) error {
+	r.OldestKnown = true
 	rows, err := m.e.pool.Query(ctx, m.backlog, planPerExecution, pgx.StrictNamedArgs{"default_sink": m.e.cfg.DefaultSink, "cap": gaugeCountCap, "floor": m.e.floor.Current()})
 	if err != nil {
-		return true, fmt.Errorf("query backlog: %w", err)
+		return fmt.Errorf("query backlog: %w", err)
 	}
 	var sink string
 	var due int64
 	var oldest *time.Time
 	if _, err := pgx.ForEachRow(rows, []any{&sink, &due, &oldest}, func() error {
-		add(sink, due, oldest)
+		r.addDue(sink, due, oldest)
 		return nil
 	}); err != nil {
-		return true, fmt.Errorf("query backlog: %w", err)
+		return fmt.Errorf("query backlog: %w", err)
 	}
 	var blocked, waiting int64
 	err = m.e.pool.QueryRow(ctx, m.blocked, planPerExecution, pgx.StrictNamedArgs{"heads_cap": blockedKeysCap, "cap": gaugeCountCap}).Scan(&blocked, &waiting)
 	if err != nil {
-		return true, fmt.Errorf("count blocked keys: %w", err)
+		return fmt.Errorf("count blocked keys: %w", err)
 	}
-	m.e.metrics.BlockedKeys.Set(float64(blocked))
-	m.e.metrics.WaitingOnKey.Set(float64(waiting))
-	return true, nil
+	r.BlockedKeys, r.WaitingOnKey = &blocked, &waiting
+	return nil
 }

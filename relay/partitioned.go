@@ -264,8 +264,8 @@ func (m *partitioned) roundDone(err error) {
 	}
 }
 
-func (m *partitioned) countDue(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) (bool, error) {
-	return false, m.e.countDueRows(ctx, add)
+func (m *partitioned) countDue(ctx context.Context, r *gaugeReadings) error {
+	return m.e.countDueRows(ctx, r)
 }
 
 // heldKeys are the keys the claims of this relay hold back

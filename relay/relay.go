@@ -128,7 +128,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	r.settler = &settler{cfg: c, pool: pool, log: log, metrics: metrics, mode: r.mode,
 		sql: r.mode.settleStatements(), health: r.settleHealth, inflight: inflight, chains: r.engine.chains}
 	r.gauges = &gaugeRefresher{cfg: c, pool: pool, log: log, metrics: metrics, mode: r.mode, floor: r.floor.State,
-		tableHealth: render(queryTableHealth, cfg.Schema, nil),
+		tableHealth: render(queryTableHealth, cfg.Schema, nil), readingsTable: render("{schema}.gauge_readings", cfg.Schema, nil),
 		horizon: horizon.New(horizon.Config{DB: pool, Logger: log, Hooks: horizon.Hooks{
 			SnapshotAge: func(h string, s float64) { metrics.OldestSnapshotAge.WithLabelValues(h).Set(s) },
 			XminAge:     func(h string, x float64) { metrics.OldestXminAge.WithLabelValues(h).Set(x) },

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -46,6 +45,6 @@ func (m *unordered) afterSettle([]rowOutcome) {}
 
 func (m *unordered) runMode(context.Context) {}
 
-func (m *unordered) countDue(ctx context.Context, add func(sink string, due int64, oldest *time.Time)) (bool, error) {
-	return false, m.e.countDueRows(ctx, add)
+func (m *unordered) countDue(ctx context.Context, r *gaugeReadings) error {
+	return m.e.countDueRows(ctx, r)
 }
