@@ -86,8 +86,11 @@
 // soon as the previous ones are settled. A head that backs off keeps the
 // rows behind it waiting with one write to itself. Rows without a key are
 // claimed by a loop of their own, from an index that holds only them.
-// sql_heads.go has the protocol and why no row is left waiting behind
-// nothing.
+// One claim of heads runs at a time per schema (a transaction-level
+// advisory lock, tried: a claim that finds another relay's under way
+// takes nothing and comes back at its next turn), so that claims never
+// meet each other's heads half leased. sql_heads.go has the protocol and
+// why no row is left waiting behind nothing.
 //
 // # Partitioned mode
 //

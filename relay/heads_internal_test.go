@@ -503,3 +503,42 @@ func TestHeadsClaim_TakesRunsInOnePass(t *testing.T) {
 		t.Errorf("the claim leased %d rows, %v; want the 100 heads and their runs, 1,000", leased, err)
 	}
 }
+
+// TestHeadsClaim_OneClaimAtATimePerSchema: while one relay's claim of heads
+// is under way (here, its transaction left open), another relay's claim of
+// heads walks nothing, leases nothing and marks nothing, though a key's
+// head is free, rather than meet the first claim's heads as heads nobody
+// holds and mark the rows behind them; once the first claim has
+// committed, the next claim leases the free key's head with its run.
+func TestHeadsClaim_OneClaimAtATimePerSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	db.SetMode(t, outbox.ModeOrdered)
+	_, a := orderedRelay(t, db)
+	rb, err := New(db.Pool, Config{ID: "relay-b", Schema: db.Name, Mode: outbox.ModeOrdered, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := rb.mode.(*ordered)
+	b.markAfter = 0 // it would mark the rows behind a head just leased
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 2) FROM generate_series(0, 3) AS i`)
+
+	first := planTx(t, db)
+	if ids := claimedIDs(t, first, a.claimHeads, a.headsClaimArgs(anyRows(1))); len(ids) != 1 {
+		t.Fatalf("the first claim leased %v; want k0's head", ids)
+	}
+	if batch, err := b.claimHeadsOfKeys(ctx, anyRows(10)); err != nil || len(batch) != 0 {
+		t.Fatalf("a claim beside another relay's claim under way leased %d rows, %v; want none", len(batch), err)
+	}
+	if n := db.CountWhere(t, "messages_all", "waiting"); n != 0 {
+		t.Fatalf("a claim beside another relay's claim under way marked %d rows waiting; want none", n)
+	}
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	batch, err := b.claimHeadsOfKeys(ctx, anyRows(10))
+	if err != nil || len(batch) != 2 || batch[0].Key != "k1" || batch[1].Key != "k1" {
+		t.Fatalf("the claim after the first committed leased %+v, %v; want k1's two rows", batch, err)
+	}
+}

@@ -51,6 +51,10 @@ const claimLockWait = 100 * time.Millisecond
 // lock_timeout.
 const lockNotAvailable = "55P03"
 
+// headsLockName names the advisory lock that lets one claim of heads run
+// at a time in schema (queryHeadsClaim).
+func headsLockName(schema string) string { return "outbox-relay:heads:" + schema }
+
 // headsWalkShare is the share of a claim's rows (claimRequest.limit) that
 // its walk of candidates takes at most (@walk): the heads among them, then
 // their runs, fill the claim.
@@ -96,6 +100,7 @@ func (m *ordered) headsClaimArgs(req claimRequest) pgx.StrictNamedArgs {
 	args["walk"] = max(req.limit/headsWalkShare, 1)
 	args["mark_after"] = m.markAfter
 	args["lock_wait"] = fmt.Sprintf("%dms", claimLockWait.Milliseconds())
+	args["heads_lock"] = headsLockName(m.e.cfg.Schema)
 	return args
 }
 
