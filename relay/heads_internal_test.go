@@ -542,3 +542,43 @@ func TestHeadsClaim_OneClaimAtATimePerSchema(t *testing.T) {
 		t.Fatalf("the claim after the first committed leased %+v, %v; want k1's two rows", batch, err)
 	}
 }
+
+// TestHeadsClaim_AClaimLeftOpenGivesUpTheHeadsLock: a relay frozen after
+// its claim of heads and before its commit (the sampled claims read their
+// statistics in between) holds the schema's heads lock; the claim's own
+// idle_in_transaction_session_timeout (5 s) ends that transaction, so
+// another relay's claims of heads take the keys' heads within seconds, not
+// once the frozen relay's connection dies.
+func TestHeadsClaim_AClaimLeftOpenGivesUpTheHeadsLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	db.SetMode(t, outbox.ModeOrdered)
+	_, a := orderedRelay(t, db)
+	rb, err := New(db.Pool, Config{ID: "relay-b", Schema: db.Name, Mode: outbox.ModeOrdered, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := rb.mode.(*ordered)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 2) FROM generate_series(0, 3) AS i`)
+
+	frozen := planTx(t, db)
+	if ids := claimedIDs(t, frozen, a.claimHeads, a.headsClaimArgs(anyRows(1))); len(ids) != 1 {
+		t.Fatalf("the frozen relay's claim leased %v; want k0's head", ids)
+	}
+	began := time.Now()
+	var leased int
+	waitfor.Condition(t, 20*time.Second, "another relay's claim of heads to lease rows", func() bool {
+		batch, err := b.claimHeadsOfKeys(ctx, anyRows(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leased = len(batch)
+		return leased > 0
+	})
+	// The frozen claim's transaction ended with nothing committed: both
+	// keys' rows are the other relay's.
+	if took := time.Since(began); leased != 4 || took > 10*time.Second {
+		t.Errorf("the other relay leased %d rows after %s; want all 4, about 5 s after the frozen claim", leased, took.Round(time.Millisecond))
+	}
+}

@@ -118,7 +118,16 @@ const unkeyedOnly = `
 // hot keys, four relays in one process, drained at 10.8-11.5k events/s
 // against 5.8-6.8k, with PostgreSQL CPU 8.8-9.3 s per 100k rows against
 // 21-24 s; 5,000 keys as fast as before (15.7-17.7k against 15.8-17.9k)
-// with less CPU (5.8-6.5 s against 7.0-7.6 s).
+// with less CPU (5.8-6.5 s against 7.0-7.6 s). A claim's transaction may
+// stay open after the statement (the sampled claims read their statistics
+// before they commit): a relay frozen there would hold the lock, and stop
+// every relay's claims of heads, until its connection died, so the claim
+// sets idle_in_transaction_session_timeout (5 s) for its transaction, as
+// the mode switch and the buckets' rounds do for their locks. A claim
+// that finds the lock taken pauses as after an empty claim: a poll
+// interval by default (RELAY_IDLE_POLL_INTERVAL, when set longer, lets
+// that pause grow); the claims of all the relays of a schema thus take
+// turns, so a claim slowed down (a pinned horizon) holds up the others'.
 //
 // A claim waits for a lock once it has started only where SKIP LOCKED does
 // not skip: when a lock follows a row's update chain to a version another
@@ -131,7 +140,8 @@ const unkeyedOnly = `
 // then a NULL (where other claims report held keys).
 var queryHeadsClaim = `
 WITH patience AS MATERIALIZED (
-    SELECT set_config('lock_timeout', @lock_wait, true) AS lock_timeout
+    SELECT set_config('lock_timeout', @lock_wait, true) AS lock_timeout,
+           set_config('idle_in_transaction_session_timeout', '5000', true) AS idle_timeout
      WHERE pg_try_advisory_xact_lock(hashtext(@heads_lock))
 ), due AS MATERIALIZED (
     SELECT c.id, c.leased_by, c.available_at, ` + payloadSize("c") + ` AS size, c.key,

@@ -1,5 +1,6 @@
 WITH patience AS MATERIALIZED (
-    SELECT set_config('lock_timeout', @lock_wait, true) AS lock_timeout
+    SELECT set_config('lock_timeout', @lock_wait, true) AS lock_timeout,
+           set_config('idle_in_transaction_session_timeout', '5000', true) AS idle_timeout
      WHERE pg_try_advisory_xact_lock(hashtext(@heads_lock))
 ), due AS MATERIALIZED (
     SELECT c.id, c.leased_by, c.available_at, CASE WHEN octet_length(c.payload) <= @payload_max::bigint THEN octet_length(c.payload) ELSE 0 END AS size, c.key,
