@@ -21,7 +21,14 @@ import (
 // the tests call its claims and settles themselves.
 func orderedRelay(t *testing.T, db *dbtest.Schema) (*Relay, *ordered) {
 	t.Helper()
-	r, err := New(db.Pool, Config{Schema: db.Name, Mode: outbox.ModeOrdered, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}})
+	return orderedRelayNamed(t, db, "")
+}
+
+// orderedRelayNamed is orderedRelay with the RELAY_ID id ("": the default),
+// for tests of two relays' claims.
+func orderedRelayNamed(t *testing.T, db *dbtest.Schema, id string) (*Relay, *ordered) {
+	t.Helper()
+	r, err := New(db.Pool, Config{ID: id, Schema: db.Name, Mode: outbox.ModeOrdered, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,11 +523,7 @@ func TestHeadsClaim_OneClaimAtATimePerSchema(t *testing.T) {
 	db := dbtest.New(t)
 	db.SetMode(t, outbox.ModeOrdered)
 	_, a := orderedRelay(t, db)
-	rb, err := New(db.Pool, Config{ID: "relay-b", Schema: db.Name, Mode: outbox.ModeOrdered, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := rb.mode.(*ordered)
+	_, b := orderedRelayNamed(t, db, "relay-b")
 	b.markAfter = 0 // it would mark the rows behind a head just leased
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 2) FROM generate_series(0, 3) AS i`)
 
@@ -555,11 +558,7 @@ func TestHeadsClaim_AClaimLeftOpenGivesUpTheHeadsLock(t *testing.T) {
 	db := dbtest.New(t)
 	db.SetMode(t, outbox.ModeOrdered)
 	_, a := orderedRelay(t, db)
-	rb, err := New(db.Pool, Config{ID: "relay-b", Schema: db.Name, Mode: outbox.ModeOrdered, Sinks: map[string]sinks.Sink{"nats": &sinktest.Func{}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := rb.mode.(*ordered)
+	_, b := orderedRelayNamed(t, db, "relay-b")
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 2) FROM generate_series(0, 3) AS i`)
 
 	frozen := planTx(t, db)
