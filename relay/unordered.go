@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -13,6 +15,16 @@ type unordered struct {
 	e      *engine
 	claim  string
 	settle settleStatements
+	// claiming lets one claim of this relay run at a time while a backlog
+	// drains (draining: the last claim took all it asked for). Two that
+	// overlap then walk the same rows: the later one meets each row the
+	// earlier one is locking and skips it only after trying its lock, the
+	// slowest way a claim passes a row. A steady stream's claims find a
+	// few rows each and overlap little; made to wait for each other, one
+	// claim held up by the server held up both loops (10k rows/s: p99
+	// 10-34 ms against 11-20 ms), so they still may.
+	claiming sync.Mutex
+	draining atomic.Bool
 }
 
 func newUnordered(e *engine) *unordered {
@@ -23,11 +35,20 @@ func newUnordered(e *engine) *unordered {
 	}
 }
 
-// claimers returns two loops that claim any due row: while one waits for
-// its statement, the other can claim; the second follows the first while
-// idle.
+// claimers returns two loops that claim any due row, one claim at a time
+// while a backlog drains (claiming): while one delivers its batch or waits for room in flight,
+// the other can claim; the second follows the first while idle.
 func (m *unordered) claimers() []claimer {
-	c := claimer{what: "rows", claim: m.e.claims.claimFunc(m.claim)}
+	claim := m.e.claims.claimFunc(m.claim)
+	c := claimer{what: "rows", claim: func(ctx context.Context, req claimRequest) ([]claimedRow, error) {
+		if m.draining.Load() {
+			m.claiming.Lock()
+			defer m.claiming.Unlock()
+		}
+		batch, err := claim(ctx, req)
+		m.draining.Store(err == nil && len(batch) == req.limit)
+		return batch, err
+	}}
 	second := c
 	second.follower = true
 	return []claimer{c, second}
