@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +55,9 @@ type claimedRow struct {
 	// (relay/internal/keychain; nil in the modes that keep no chains).
 	after      int64
 	self, prev *keychain.Link
+	// dueAt is the row's available_at as the claim found it: with ID, its
+	// place in the claims' walk (claimCursor).
+	dueAt time.Time
 }
 
 // tag returns c's claimTag.
@@ -135,13 +139,27 @@ func newClaimRunner(cfg Config, pool *pgxpool.Pool, log *slog.Logger) *claimRunn
 
 // claimFunc returns a claim that runs stmt, a rendering of
 // queryMessagesClaim: it leases up to the request's limit of due rows
-// whose sink is not closed, within its byte budget, and returns them in
-// insert order.
+// whose sink is not closed, within its byte budget, walking from the claim
+// floor, and returns them in insert order.
 func (cr *claimRunner) claimFunc(stmt string) func(ctx context.Context, req claimRequest) ([]claimedRow, error) {
 	return func(ctx context.Context, req claimRequest) ([]claimedRow, error) {
-		batch, _, err := cr.runClaim(ctx, stmt, cr.claimArgs(req), req, "claim batch")
+		batch, _, err := cr.runClaim(ctx, stmt, cr.messagesClaimArgs(req, nil), req, "claim batch")
 		return batch, err
 	}
+}
+
+// messagesClaimArgs returns the arguments of queryMessagesClaim for req:
+// claimArgs', and where its walk starts (@after_at, @after_id): where
+// cursor says (claimCursor.from), or at the claim floor when cursor is
+// nil.
+func (cr *claimRunner) messagesClaimArgs(req claimRequest, cursor *claimCursor) pgx.StrictNamedArgs {
+	args := cr.claimArgs(req)
+	floor := cr.floor.Current()
+	args["floor"], args["after_at"], args["after_id"] = floor, floor, int64(math.MinInt64)
+	if cursor != nil {
+		args["after_at"], args["after_id"] = cursor.from(floor, time.Now())
+	}
+	return args
 }
 
 // claimArgs returns the arguments every claim statement takes, for req.
@@ -230,6 +248,9 @@ type claimColumns struct {
 	// after is -1 where the claim returns no such column (after: the
 	// row of this relay's that a key's first row in the claim follows).
 	after int
+	// dueAt is -1 where the claim returns no due_at (the row's
+	// available_at as the claim found it).
+	dueAt int
 }
 
 // claimColumnsOf finds the claim's columns in fields.
@@ -238,9 +259,12 @@ func claimColumnsOf(fields []pgconn.FieldDescription) (claimColumns, error) {
 	for i, f := range fields {
 		at[f.Name] = i
 	}
-	c := claimColumns{n: len(fields), after: -1}
+	c := claimColumns{n: len(fields), after: -1, dueAt: -1}
 	if i, ok := at["after"]; ok {
 		c.after = i
+	}
+	if i, ok := at["due_at"]; ok {
+		c.dueAt = i
 	}
 	for _, col := range []struct {
 		name string
@@ -308,6 +332,10 @@ func (cr *claimRunner) readClaimed(rows pgx.Rows, limit int) (batch []claimedRow
 		if cols.after >= 0 {
 			dest[cols.after] = &after
 		}
+		var dueAt pgtype.Timestamptz
+		if cols.dueAt >= 0 {
+			dest[cols.dueAt] = &dueAt
+		}
 		err := rows.Scan(dest...)
 		if err == nil && tooLarge == nil {
 			c.Topic, c.IdempotencyKey = deref(topic), deref(idempotencyKey)
@@ -330,6 +358,7 @@ func (cr *claimRunner) readClaimed(rows pgx.Rows, limit int) (batch []claimedRow
 			c.unreadable = "the relay cannot read this row: " + err.Error()
 		}
 		c.CreatedAt = finite(createdAt)
+		c.dueAt = dueAt.Time
 		if after != nil {
 			c.after = *after
 		}

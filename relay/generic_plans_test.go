@@ -45,7 +45,7 @@ func TestGenericPlans_StayIndexWalksAsTheTablesGrow(t *testing.T) {
 			var fence pgx.StrictNamedArgs
 			switch m := r.mode.(type) {
 			case *unordered:
-				claim, args, settle = m.claim, r.engine.claims.claimArgs(req), m.settle
+				claim, args, settle = m.claim, r.engine.claims.messagesClaimArgs(req, nil), m.settle
 			case *ordered:
 				claim, args, settle = m.claimHeads, m.headsClaimArgs(req), m.settle
 			case *partitioned:
@@ -308,7 +308,7 @@ func TestPlans_LeaveOutTheEmptyParent(t *testing.T) {
 				settle = m.settle
 				statements = append(statements,
 					statement{"claim of heads", m.claimHeads, m.headsClaimArgs(req)},
-					statement{"claim of rows without a key", m.claimUnkeyed, r.engine.claims.claimArgs(req)},
+					statement{"claim of rows without a key", m.claimUnkeyed, r.engine.claims.messagesClaimArgs(req, nil)},
 					statement{"promotion", settle.then, pgx.StrictNamedArgs{"keys": []string{"k1", "k2"}, "after": []int64{1, 2}}})
 			case *partitioned:
 				settle = m.settle

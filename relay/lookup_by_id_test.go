@@ -354,7 +354,7 @@ func TestClaims_ReadOnlyTheirRowsInABurst(t *testing.T) {
 			var args pgx.StrictNamedArgs
 			switch m := r.mode.(type) {
 			case *unordered:
-				claim, args = m.claim, r.engine.claims.claimArgs(req)
+				claim, args = m.claim, r.engine.claims.messagesClaimArgs(req, nil)
 			case *ordered:
 				claim, args = m.claimHeads, m.headsClaimArgs(req)
 			}
@@ -406,7 +406,7 @@ func lookupStatements(t *testing.T, tx pgx.Tx, db *dbtest.Schema, r *Relay) (cla
 	req := claimRequest{limit: 1000, bytes: 1 << 30, closed: []string{}}
 	switch m := r.mode.(type) {
 	case *unordered:
-		claimArgs = r.engine.claims.claimArgs(req)
+		claimArgs = r.engine.claims.messagesClaimArgs(req, nil)
 		return m.claim, m.settle.archiveOnly, claimArgs, nil
 	case *partitioned:
 		claimArgs, fence = ownEveryBucket(t, tx, db, r, m, req)

@@ -140,7 +140,13 @@ func payloadSize(alias string) string {
 	return `CASE WHEN octet_length(` + alias + `.payload) <= @payload_max::bigint THEN octet_length(` + alias + `.payload) ELSE 0 END`
 }
 
-// queryMessagesClaim leases up to @limit due rows, oldest first, skipping
+// queryMessagesClaim leases up to @limit due rows, oldest first, from
+// (@after_at, @after_id) on in the order of the walk (available_at, id):
+// the claim floor and the smallest id, or where the relay's last full
+// claim ended while a backlog drains (claimCursor). That row comparison
+// starts the scan of messages_due_idx: PostgreSQL starts a forward scan at
+// the first lower bound of the index's first column in the statement,
+// which is it, and ends it at available_at <= now(). It skips
 // rows other relays hold locked or leased and rows whose sink
 // (@default_sink for rows without a destination) is in @closed_sinks
 // (unavailable or at capacity), and stopping before the payloads pass
@@ -148,7 +154,8 @@ func payloadSize(alias string) string {
 // whose keyed rows are claimed otherwise: unkeyedOnly). The update finds the
 // rows by primary key from the locked set (an array, so that the planner
 // cannot choose to scan and hash the whole table instead). Its rows are
-// leaseRows', then a NULL held_key (where other claims report held keys).
+// leaseRows', then the row's available_at (due_at: its place in the walk, for
+// claimCursor) and a NULL held_key (where other claims report held keys).
 // The update is the statement itself, not a CTE read by a final SELECT:
 // its rows go to the client as it returns them instead of being copied
 // into a CTE's store first (a drain's claims of 1,000 rows took 28-34 ms
@@ -159,13 +166,14 @@ WITH due AS MATERIALIZED (
       FROM {schema}.messages_all AS c
      WHERE available_at <= now()
        AND available_at >= @floor::timestamptz
+       AND (available_at, id) > (@after_at::timestamptz, @after_id::bigint)
        AND ` + leaseOver + `
        AND coalesce(destination, @default_sink) <> ALL (@closed_sinks::text[]){only}
      ORDER BY available_at, id
      LIMIT @limit
        FOR UPDATE SKIP LOCKED
 ), fits AS MATERIALIZED (` + withinBytes("due") + `
-)` + leaseRows("fits", noBucket) + `, NULL::text AS held_key`
+)` + leaseRows("fits", noBucket) + `, m.available_at AS due_at, NULL::text AS held_key`
 
 // oldestRow is the claim floor's {oldest} where a claim may take any row
 // (relay/internal/floor, Statements):

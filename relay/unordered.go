@@ -25,6 +25,9 @@ type unordered struct {
 	// 10-34 ms against 11-20 ms), so they still may.
 	claiming sync.Mutex
 	draining atomic.Bool
+	// cursor is where the last full claim ended: while a backlog drains,
+	// claims walk from there, past the rows in flight (claimCursor).
+	cursor claimCursor
 }
 
 func newUnordered(e *engine) *unordered {
@@ -36,22 +39,27 @@ func newUnordered(e *engine) *unordered {
 }
 
 // claimers returns two loops that claim any due row, one claim at a time
-// while a backlog drains (claiming): while one delivers its batch or waits for room in flight,
-// the other can claim; the second follows the first while idle.
+// while a backlog drains (claiming), then from where the last one ended
+// (cursor): while one delivers its batch or waits for room in flight, the
+// other can claim; the second follows the first while idle.
 func (m *unordered) claimers() []claimer {
-	claim := m.e.claims.claimFunc(m.claim)
-	c := claimer{what: "rows", claim: func(ctx context.Context, req claimRequest) ([]claimedRow, error) {
-		if m.draining.Load() {
-			m.claiming.Lock()
-			defer m.claiming.Unlock()
-		}
-		batch, err := claim(ctx, req)
-		m.draining.Store(err == nil && len(batch) == req.limit)
-		return batch, err
-	}}
+	c := claimer{what: "rows", claim: m.claimRows}
 	second := c
 	second.follower = true
 	return []claimer{c, second}
+}
+
+// claimRows leases up to req's limit of due rows (queryMessagesClaim).
+func (m *unordered) claimRows(ctx context.Context, req claimRequest) ([]claimedRow, error) {
+	if m.draining.Load() {
+		m.claiming.Lock()
+		defer m.claiming.Unlock()
+	}
+	batch, _, err := m.e.claims.runClaim(ctx, m.claim, m.e.claims.messagesClaimArgs(req, &m.cursor), req, "claim batch")
+	full := err == nil && len(batch) == req.limit
+	m.cursor.claimed(batch, full)
+	m.draining.Store(full)
+	return batch, err
 }
 
 func (m *unordered) deliverBatch(ctx context.Context, d *sinkDelivery) { d.sendAll(ctx) }

@@ -3,6 +3,7 @@ WITH due AS MATERIALIZED (
       FROM "outbox".messages_all AS c
      WHERE available_at <= now()
        AND available_at >= @floor::timestamptz
+       AND (available_at, id) > (@after_at::timestamptz, @after_id::bigint)
        AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
        AND coalesce(destination, @default_sink) <> ALL (@closed_sinks::text[])
      ORDER BY available_at, id
@@ -39,4 +40,4 @@ WITH due AS MATERIALIZED (
                 WHEN octet_length(m.destination) > 255 THEN 'destination ' || octet_length(m.destination)
                 WHEN pg_column_size(m.headers) > 256
                      THEN CASE WHEN octet_length(m.headers::text) > 16384 THEN 'headers ' || octet_length(m.headers::text) END
-           END AS too_large, NULL::text AS held_key
+           END AS too_large, m.available_at AS due_at, NULL::text AS held_key
