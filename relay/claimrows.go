@@ -55,9 +55,9 @@ type claimedRow struct {
 	// (relay/internal/keychain; nil in the modes that keep no chains).
 	after      int64
 	self, prev *keychain.Link
-	// dueAt is the row's available_at as the claim found it: with ID, its
-	// place in the claims' walk (claimCursor).
-	dueAt time.Time
+	// dueAt is the row's available_at as the claim returned it: with ID,
+	// its place in the claims' walk (claimCursor).
+	dueAt pgtype.Timestamptz
 }
 
 // tag returns c's claimTag.
@@ -178,8 +178,8 @@ func (cr *claimRunner) claimArgs(req claimRequest) pgx.StrictNamedArgs {
 }
 
 // runClaim runs the claim statement stmt with args for req and returns
-// the runClaim it leased (read) and the keys it reports without
-// claiming their runClaim, and records the claim (observe). Every claim
+// the rows it leased (read) and the keys it reports without claiming
+// their rows, and records the claim (observe). Every claim
 // walks its index in order (inIndexOrder); one every sampler.EveryDefault
 // is measured as well (measured). Every error is reported once as
 // what failed.
@@ -358,7 +358,7 @@ func (cr *claimRunner) readClaimed(rows pgx.Rows, limit int) (batch []claimedRow
 			c.unreadable = "the relay cannot read this row: " + err.Error()
 		}
 		c.CreatedAt = finite(createdAt)
-		c.dueAt = dueAt.Time
+		c.dueAt = dueAt
 		if after != nil {
 			c.after = *after
 		}

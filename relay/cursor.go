@@ -26,10 +26,10 @@ import (
 // was closed, rows whose lease ran out, and rows of a transaction that
 // committed after a claim passed their place (the floor waits for such
 // transactions; the cursor does not). A claim walks from the floor again at
-// least every cursorFloorEvery, and whenever the claim before it did not
-// come back full (the backlog is drained, or the rows above the cursor
-// ran out): such a row waits that much longer at most, and only while a
-// backlog drains, when rows wait their turn anyway. A claim that walks
+// least every cursorFloorEvery, and after a claim that did not come back
+// full (the backlog is drained, or the rows above the cursor ran out):
+// such a row waits that much longer at most, and only while a backlog
+// drains, when rows wait their turn anyway. A claim that walks
 // from the floor takes the oldest rows first, those below the cursor
 // included, and sets the cursor where it ended.
 type claimCursor struct {
@@ -44,21 +44,24 @@ type claimCursor struct {
 }
 
 // cursorFloorEvery is how often, at least, a claim walks from the claim
-// floor while the claims start past the cursor: the claim floor's own
-// refresh interval while rows flow.
+// floor while the claims start past the cursor: as often as the claim
+// floor itself is refreshed while rows flow (relay/internal/floor), so
+// that a row committed late waits for the cursor no longer than for the
+// floor.
 const cursorFloorEvery = 100 * time.Millisecond
 
-// from returns where a claim that starts at now walks from, given the
-// claim floor: past the cursor while it is set, is above the floor, and a
-// claim walked from the floor less than cursorFloorEvery ago; otherwise
-// from the floor itself (the smallest id at the floor's time), which it
-// notes.
+// from returns where a claim that starts at now walks from (the first
+// place in the walk's order it may take a row at): just past the cursor
+// while it is set, is above the floor, and a claim walked from the floor
+// less than cursorFloorEvery ago; otherwise from the floor itself (the
+// smallest id at the floor's time, included: a row may hold any id), which
+// it notes.
 func (c *claimCursor) from(floor pgtype.Timestamptz, now time.Time) (pgtype.Timestamptz, int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	aboveFloor := floor.InfinityModifier == pgtype.NegativeInfinity || !floor.Time.After(c.at)
 	if c.set && aboveFloor && now.Sub(c.walked) < cursorFloorEvery {
-		return pgtype.Timestamptz{Time: c.at, Valid: true}, c.id
+		return pgtype.Timestamptz{Time: c.at, Valid: true}, c.id + 1
 	}
 	c.walked = now
 	return floor, math.MinInt64
@@ -66,19 +69,33 @@ func (c *claimCursor) from(floor pgtype.Timestamptz, now time.Time) (pgtype.Time
 
 // claimed moves the cursor to the end of batch, a claim's rows, when the
 // claim was full; otherwise it unsets it, so that the next claim walks
-// from the floor.
+// from the floor. The end is the batch's last row in the walk's order, as
+// the claim returned it: a row another transaction changed while the
+// claim waited for its lock comes back as it is now, and may move the
+// cursor past entries the claim did not read; the next walk from the
+// floor reads them. A row due at an infinite time (only a producer that
+// skips the insert guard writes one) leaves the cursor unset, and so does
+// the last id there is (no place lies past it).
 func (c *claimCursor) claimed(batch []claimedRow, full bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.set = false
 	if !full || len(batch) == 0 {
-		c.set = false
 		return
 	}
 	last := batch[0]
 	for _, r := range batch[1:] {
-		if r.dueAt.After(last.dueAt) || r.dueAt.Equal(last.dueAt) && r.ID > last.ID {
+		if r.dueAt.Time.After(last.dueAt.Time) || r.dueAt.Time.Equal(last.dueAt.Time) && r.ID > last.ID {
 			last = r
 		}
 	}
-	c.at, c.id, c.set = last.dueAt, last.ID, true
+	for _, r := range batch {
+		if r.dueAt.InfinityModifier != pgtype.Finite || !r.dueAt.Valid {
+			return
+		}
+	}
+	if last.ID == math.MaxInt64 {
+		return
+	}
+	c.at, c.id, c.set = last.dueAt.Time, last.ID, true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"testing"
@@ -109,6 +110,9 @@ func TestClaimCursor_ADrainingClaimWalksPastNoRowInFlight(t *testing.T) {
 	read := func(args func() pgx.StrictNamedArgs) (n int, entries int64) {
 		t.Helper()
 		tx := planTx(t, db)
+		if _, err := tx.Exec(ctx, r.engine.claims.plan); err != nil { // the claims' generic plan
+			t.Fatal(err)
+		}
 		returned := func() (v int64) {
 			t.Helper()
 			if err := tx.QueryRow(ctx, "SELECT pg_stat_get_xact_tuples_returned($1::regclass)", db.Table("messages_due_idx")).Scan(&v); err != nil {
@@ -124,8 +128,10 @@ func TestClaimCursor_ADrainingClaimWalksPastNoRowInFlight(t *testing.T) {
 		}
 		return n, entries
 	}
-	m.cursor.walked = time.Now()
-	n, past := read(func() pgx.StrictNamedArgs { return r.engine.claims.messagesClaimArgs(req, &m.cursor) })
+	n, past := read(func() pgx.StrictNamedArgs {
+		m.cursor.walked = time.Now() // a claim walked from the floor just now
+		return r.engine.claims.messagesClaimArgs(req, &m.cursor)
+	})
 	if n != 1000 {
 		t.Fatalf("the claim from the cursor took %d rows, want 1000", n)
 	}
@@ -136,5 +142,27 @@ func TestClaimCursor_ADrainingClaimWalksPastNoRowInFlight(t *testing.T) {
 	t.Logf("index entries read: %d from the cursor, %d from the floor", past, fromFloor)
 	if past > 1100 || fromFloor < 4000 {
 		t.Errorf("a claim of 1,000 rows read %d entries of messages_due_idx from the cursor and %d from the floor; want about 1,000 and 4,000", past, fromFloor)
+	}
+}
+
+// TestClaimCursor_AWalkFromTheFloorTakesARowAtTheFloorWhateverItsID: a
+// walk from the claim floor starts at the floor's time and the smallest id,
+// that place included: a row written without the insert guard at the
+// floor's time with the smallest id there is (the oldest row, so the floor
+// comes to rest at its time) is claimed, not passed for ever.
+func TestClaimCursor_AWalkFromTheFloorTakesARowAtTheFloorWhateverItsID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	r, m := unorderedRelay(t, db)
+	db.ExecAsRelay(t, `INSERT INTO %s.messages (id, topic, payload, available_at) VALUES
+	    (-9223372036854775808, 'events.a', 'x', now() - interval '1 minute')`)
+	var at time.Time
+	if err := db.Pool.QueryRow(ctx, "SELECT available_at FROM "+db.Table("messages")).Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	r.engine.floor.Set(at, math.MinInt64, nil, nil)
+	if ids := claimIDs(t, m, 10); !slices.Equal(ids, []int64{math.MinInt64}) {
+		t.Errorf("a claim from the floor at the row's time took %v, want the row", ids)
 	}
 }

@@ -90,18 +90,22 @@ func testRowsThatSkippedTheGuardStopNothing(t *testing.T, set func(*relay.Config
 	    ('events.a', 'x', 'k', 'max-seq', 0, 2147483647, NULL, NULL, now()),
 	    ('events.a', 'x', 'k', 'endless-lease', 1, 1, 'nobody', 'infinity', now()),
 	    ('events.a', 'x', 'k', 'timeless', 0, 0, NULL, NULL, 'infinity')`)
+	// The smallest id there is: the walks from the claim floor start at the
+	// floor's time and the smallest id, and take a row there too.
+	b.db.ExecAsRelay(t, `INSERT INTO %s.messages (id, topic, payload, key, idempotency_key) VALUES
+	    (-9223372036854775808, 'events.a', 'x', 'k', 'smallest-id')`)
 	b.db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'x', 'k')`)
 	relaytest.InsertRows(t, b.db, 100, "events.a")
 	relaytest.Start(t, b.db.Pool, cfg)
 	relaytest.WaitDrained(t, b.db, 30*time.Second)
 	delivered := relaytest.Archive(t, b.db, "true")
-	for _, key := range []string{"max-seq", "endless-lease", "timeless"} {
+	for _, key := range []string{"max-seq", "endless-lease", "timeless", "smallest-id"} {
 		if _, ok := delivered[key]; !ok {
 			t.Errorf("row %s was not delivered", key)
 		}
 	}
-	if got := len(delivered) + b.db.Count(t, "dead_letters"); got != 105 {
-		t.Errorf("%d rows delivered or dead-lettered, want all 105", got)
+	if got := len(delivered) + b.db.Count(t, "dead_letters"); got != 106 {
+		t.Errorf("%d rows delivered or dead-lettered, want all 106", got)
 	}
 	if n := testutil.ToFloat64(cfg.Metrics.ClaimErrors); n != 0 {
 		t.Errorf("%v claims failed", n)

@@ -142,11 +142,12 @@ func payloadSize(alias string) string {
 
 // queryMessagesClaim leases up to @limit due rows, oldest first, from
 // (@after_at, @after_id) on in the order of the walk (available_at, id):
-// the claim floor and the smallest id, or where the relay's last full
-// claim ended while a backlog drains (claimCursor). That row comparison
-// starts the scan of messages_due_idx: PostgreSQL starts a forward scan at
-// the first lower bound of the index's first column in the statement,
-// which is it, and ends it at available_at <= now(). It skips
+// the claim floor and the smallest id, or just past where the relay's last
+// full claim ended while a backlog drains (claimCursor). That row
+// comparison starts the scan of messages_due_idx: PostgreSQL's B-tree
+// takes a row comparison ahead of the plain bounds of the same column
+// (available_at >= @floor) when it picks where a scan starts, and it ends
+// the scan at available_at <= now(). It skips
 // rows other relays hold locked or leased and rows whose sink
 // (@default_sink for rows without a destination) is in @closed_sinks
 // (unavailable or at capacity), and stopping before the payloads pass
@@ -166,7 +167,7 @@ WITH due AS MATERIALIZED (
       FROM {schema}.messages_all AS c
      WHERE available_at <= now()
        AND available_at >= @floor::timestamptz
-       AND (available_at, id) > (@after_at::timestamptz, @after_id::bigint)
+       AND (available_at, id) >= (@after_at::timestamptz, @after_id::bigint)
        AND ` + leaseOver + `
        AND coalesce(destination, @default_sink) <> ALL (@closed_sinks::text[]){only}
      ORDER BY available_at, id

@@ -49,7 +49,9 @@ func (m *unordered) claimers() []claimer {
 	return []claimer{c, second}
 }
 
-// claimRows leases up to req's limit of due rows (queryMessagesClaim).
+// claimRows leases up to req's limit of due rows (queryMessagesClaim):
+// after the other loop's claim while the relay is draining (claiming), and
+// from where the cursor says (claimCursor), which it then moves.
 func (m *unordered) claimRows(ctx context.Context, req claimRequest) ([]claimedRow, error) {
 	if m.draining.Load() {
 		m.claiming.Lock()

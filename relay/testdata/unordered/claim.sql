@@ -3,7 +3,7 @@ WITH due AS MATERIALIZED (
       FROM "outbox".messages_all AS c
      WHERE available_at <= now()
        AND available_at >= @floor::timestamptz
-       AND (available_at, id) > (@after_at::timestamptz, @after_id::bigint)
+       AND (available_at, id) >= (@after_at::timestamptz, @after_id::bigint)
        AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
        AND coalesce(destination, @default_sink) <> ALL (@closed_sinks::text[])
      ORDER BY available_at, id
