@@ -50,18 +50,26 @@ func (d *sinkDelivery) sendEach(ctx context.Context, pending []int) {
 	}
 }
 
-// againOrRelease takes the messages at indexes notAttempted, which the sink
-// did not attempt: it returns them to be sent again once the sink is
-// available again in time, and releases them (returning none) otherwise.
-func (d *sinkDelivery) againOrRelease(ctx context.Context, notAttempted []int) []int {
-	if len(notAttempted) == 0 {
+// declined is what a send returns of the messages its sink did not
+// attempt: their indexes, and whether the sink was unavailable when it
+// declined one of them (it said so as it reported the message).
+type declined struct {
+	rows        []int
+	unavailable bool
+}
+
+// againOrRelease takes the messages the sink did not attempt: it returns
+// them to be sent again once the sink is available again in time, and
+// releases them (returning none) otherwise.
+func (d *sinkDelivery) againOrRelease(ctx context.Context, notAttempted declined) []int {
+	if len(notAttempted.rows) == 0 {
 		return nil
 	}
-	if ctx.Err() != nil || !d.waitAvailable(ctx) {
-		d.releaseRows(notAttempted, releaseDelay(ctx, d.cfg))
+	if ctx.Err() != nil || !d.waitAvailable(ctx, notAttempted.unavailable) {
+		d.releaseRows(notAttempted.rows, releaseDelay(ctx, d.cfg))
 		return nil
 	}
-	return notAttempted
+	return notAttempted.rows
 }
 
 // releaseRows gives the messages at indexes back without a delivery (their
@@ -84,7 +92,7 @@ func (d *sinkDelivery) releaseRows(indexes []int, delay time.Duration) {
 
 // sendWithin sends the messages at indexes pending as sendPending does, by
 // the delivery's deadline.
-func (d *sinkDelivery) sendWithin(ctx context.Context, pending, follows []int) (notAttempted []int) {
+func (d *sinkDelivery) sendWithin(ctx context.Context, pending, follows []int) declined {
 	dctx, cancel := context.WithDeadline(ctx, d.deadline)
 	defer cancel()
 	return d.sendPending(dctx, ctx, pending, follows)
@@ -93,11 +101,11 @@ func (d *sinkDelivery) sendWithin(ctx context.Context, pending, follows []int) (
 // sendPending delivers the messages at indexes pending through the sink, within
 // dctx, and tells the sendPending's observers each outcome as the sink reports it
 // (the last of them passes it to the settlers), except those the sink did
-// not attempt while ctx, the relay's, has not ended, whose indexes it
-// returns. follows, when not nil, orders the send (sendInRounds):
+// not attempt while ctx, the relay's, has not ended, which it returns
+// (declined). follows, when not nil, orders the send (sendInRounds):
 // follows[j] is the position in pending of the message pending[j] must
 // follow, or -1.
-func (d *sinkDelivery) sendPending(dctx, ctx context.Context, pending, follows []int) (notAttempted []int) {
+func (d *sinkDelivery) sendPending(dctx, ctx context.Context, pending, follows []int) (notAttempted declined) {
 	sub := make([]sinks.Message, len(pending))
 	for j, i := range pending {
 		sub[j] = d.msgs[i]
@@ -116,7 +124,13 @@ func (d *sinkDelivery) sendPending(dctx, ctx context.Context, pending, follows [
 		i := pending[j]
 		s := &sent{i: i, j: j, msg: &d.msgs[i], err: err, at: time.Now()}
 		if errors.Is(err, sinks.ErrNotAttempted) && ctx.Err() == nil {
-			notAttempted = append(notAttempted, i)
+			notAttempted.rows = append(notAttempted.rows, i)
+			// Asked as the sink declines, not once the send is over: a
+			// pause of the webhook's circuit breaker (a second) may end
+			// while the rest of a send goes on, and a sink available
+			// by then looked as if it had declined while available:
+			// its rows waited RELAY_BACKOFF_MIN (an hour in a test).
+			notAttempted.unavailable = notAttempted.unavailable || d.unavailable()
 			s.notAttempted = true
 		} else {
 			s.outcome = outcomeOf(d.cfg, &d.msgs[i], d.tags[i], d.name, err, ctx.Err() != nil)
@@ -184,14 +198,15 @@ func (d *sinkDelivery) sendPending(dctx, ctx context.Context, pending, follows [
 // releasing the rows it did not attempt.
 const notAttemptedRetryMin = 2 * time.Second
 
-// waitAvailable waits, when the sink did not attempt messages because it is
-// unavailable (paused, disconnected), until it is available again, polling,
-// and reports whether it is, with time enough before the deadline to send.
-// A sink that did not attempt messages while available (out of time before
-// its deadline) is not asked again.
-func (d *sinkDelivery) waitAvailable(ctx context.Context) bool {
+// waitAvailable waits, when the sink did not attempt messages because it
+// was unavailable (paused, disconnected: wasUnavailable, or it is now),
+// until it is available again, polling, and reports whether it is, with
+// time enough before the deadline to send. A sink that did not attempt
+// messages while available (out of time before its deadline, throttled)
+// is not asked again.
+func (d *sinkDelivery) waitAvailable(ctx context.Context, wasUnavailable bool) bool {
 	a, ok := d.sink.(sinks.Availability)
-	if !ok || a.Available() == nil {
+	if !ok || !wasUnavailable && a.Available() == nil {
 		return false
 	}
 	for {
@@ -207,6 +222,13 @@ func (d *sinkDelivery) waitAvailable(ctx context.Context) bool {
 		case <-time.After(min(d.cfg.PollInterval, 50*time.Millisecond)):
 		}
 	}
+}
+
+// unavailable reports whether d's sink says it cannot deliver now
+// (sinks.Availability).
+func (d *sinkDelivery) unavailable() bool {
+	a, ok := d.sink.(sinks.Availability)
+	return ok && a.Available() != nil
 }
 
 // releaseDelay is how long a released row waits: none at shutdown (another

@@ -102,13 +102,14 @@ func deliverInKeyOrder(ctx context.Context, d *sinkDelivery, chains *keychain.Ch
 // (what becomes of them depends on what became of it), and those the sink
 // did not attempt for its own reasons (againOrRelease).
 func (d *sinkDelivery) sendWave(ctx context.Context, wave, follows []int, order keyOrder) (again []int) {
-	var own []int
-	for _, i := range d.sendWithin(ctx, wave, follows) {
+	sent := d.sendWithin(ctx, wave, follows)
+	own := declined{unavailable: sent.unavailable}
+	for _, i := range sent.rows {
 		if order.skipped[i] {
 			order.skipped[i] = false
 			again = append(again, i)
 		} else {
-			own = append(own, i)
+			own.rows = append(own.rows, i)
 		}
 	}
 	return append(again, d.againOrRelease(ctx, own)...)
