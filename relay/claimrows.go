@@ -162,6 +162,21 @@ func (cr *claimRunner) messagesClaimArgs(req claimRequest, cursor *claimCursor) 
 	return args
 }
 
+// lastInWalk returns where batch, a claim's rows, ends in the order the
+// claims walk the due index (available_at, id), for claimCursor: an
+// infinite time when a row of it is due at one.
+func lastInWalk(batch []claimedRow) (at pgtype.Timestamptz, id int64) {
+	for i, r := range batch {
+		if r.dueAt.InfinityModifier != pgtype.Finite || !r.dueAt.Valid {
+			return r.dueAt, r.ID
+		}
+		if i == 0 || r.dueAt.Time.After(at.Time) || r.dueAt.Time.Equal(at.Time) && r.ID > id {
+			at, id = r.dueAt, r.ID
+		}
+	}
+	return at, id
+}
+
 // claimArgs returns the arguments every claim statement takes, for req.
 func (cr *claimRunner) claimArgs(req claimRequest) pgx.StrictNamedArgs {
 	return pgx.StrictNamedArgs{

@@ -67,35 +67,18 @@ func (c *claimCursor) from(floor pgtype.Timestamptz, now time.Time) (pgtype.Time
 	return floor, math.MinInt64
 }
 
-// claimed moves the cursor to the end of batch, a claim's rows, when the
-// claim was full; otherwise it unsets it, so that the next claim walks
-// from the floor. The end is the batch's last row in the walk's order, as
-// the claim returned it: a row another transaction changed while the
-// claim waited for its lock comes back as it is now, and may move the
-// cursor past entries the claim did not read; the next walk from the
-// floor reads them. A row due at an infinite time (only a producer that
-// skips the insert guard writes one) leaves the cursor unset, and so does
-// the last id there is (no place lies past it).
-func (c *claimCursor) claimed(batch []claimedRow, full bool) {
+// claimed moves the cursor to (at, id), where a full claim ended in the
+// walk's order (lastInWalk); after a claim that was not full it unsets it,
+// so that the next claim walks from the floor. A claim's end is its last
+// row as the claim returned it: a row another transaction changed while
+// the claim waited for its lock comes back as it is now, and may move the
+// cursor past entries the claim did not read; the next walk from the floor
+// reads them. A row due at an infinite time (only a producer that skips the
+// insert guard writes one) leaves the cursor unset, and so does the last
+// id there is (no place lies past it).
+func (c *claimCursor) claimed(at pgtype.Timestamptz, id int64, full bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.set = false
-	if !full || len(batch) == 0 {
-		return
-	}
-	last := batch[0]
-	for _, r := range batch[1:] {
-		if r.dueAt.Time.After(last.dueAt.Time) || r.dueAt.Time.Equal(last.dueAt.Time) && r.ID > last.ID {
-			last = r
-		}
-	}
-	for _, r := range batch {
-		if r.dueAt.InfinityModifier != pgtype.Finite || !r.dueAt.Valid {
-			return
-		}
-	}
-	if last.ID == math.MaxInt64 {
-		return
-	}
-	c.at, c.id, c.set = last.dueAt.Time, last.ID, true
+	c.set = full && at.Valid && at.InfinityModifier == pgtype.Finite && id != math.MaxInt64
+	c.at, c.id = at.Time, id
 }

@@ -58,8 +58,9 @@ func (m *unordered) claimRows(ctx context.Context, req claimRequest) ([]claimedR
 		defer m.claiming.Unlock()
 	}
 	batch, _, err := m.e.claims.runClaim(ctx, m.claim, m.e.claims.messagesClaimArgs(req, &m.cursor), req, "claim batch")
-	full := err == nil && len(batch) == req.limit
-	m.cursor.claimed(batch, full)
+	full := err == nil && len(batch) == req.limit && len(batch) > 0
+	at, id := lastInWalk(batch)
+	m.cursor.claimed(at, id, full)
 	m.draining.Store(full)
 	return batch, err
 }
