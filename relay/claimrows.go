@@ -154,8 +154,8 @@ func (cr *claimRunner) claimFunc(stmt string) func(ctx context.Context, req clai
 // nil.
 func (cr *claimRunner) messagesClaimArgs(req claimRequest, cursor *claimCursor) pgx.StrictNamedArgs {
 	args := cr.claimArgs(req)
-	floor := cr.floor.Current()
-	args["floor"], args["after_at"], args["after_id"] = floor, floor, int64(math.MinInt64)
+	floor := args["floor"].(pgtype.Timestamptz) // the floor @floor holds, read once
+	args["after_at"], args["after_id"] = floor, int64(math.MinInt64)
 	if cursor != nil {
 		args["after_at"], args["after_id"] = cursor.from(floor, time.Now())
 	}
