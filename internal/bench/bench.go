@@ -132,6 +132,11 @@ const (
 	// drain (backlog) or the whole run (steady), or the reason it is
 	// unavailable (a server on another machine).
 	ExtraPostgresCPU = "pg_cpu_s_per_100k"
+	// ExtraPollPostgresCPU is, for the binary's runs (benchcmp -binary),
+	// the CPU seconds per 100k events of the backend that polled the table
+	// until it was empty: the benchmark's, not the relay's, and taken out
+	// of ExtraPostgresCPU (refloop, timing itself, runs no such poll).
+	ExtraPollPostgresCPU = "poll_pg_cpu_s_per_100k"
 	// ExtraRelayCPU is the benchmark process's CPU seconds per 100k events
 	// over the same span: the relay, and in steady mode the producers.
 	ExtraRelayCPU = "relay_cpu_s_per_100k"

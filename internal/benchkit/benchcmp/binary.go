@@ -77,7 +77,11 @@ func runBinary(ctx context.Context, bin string, o bench.Options, stagger time.Du
 		defer func() { _ = watch.End(map[string]any{}) }()
 	}
 	drained := make(chan error, 1)
-	var elapsed time.Duration
+	var elapsed, pollCPU time.Duration
+	// The poll holds a connection of the pool until it ends: it ends when
+	// the run does, before the pool closes (which waits for it).
+	pollCtx, endPoll := context.WithCancel(ctx)
+	defer endPoll()
 starting:
 	for i := range max(o.Replicas, 1) {
 		if i > 0 {
@@ -106,7 +110,7 @@ starting:
 		if i == 0 {
 			go func() {
 				var err error
-				elapsed, err = untilDrained(ctx, pool, o, began)
+				elapsed, pollCPU, err = untilDrained(pollCtx, pool, o, began)
 				drained <- err
 			}()
 		}
@@ -117,13 +121,19 @@ starting:
 	case err := <-exited:
 		drainErr = early(err)
 	}
+	if drainErr != nil {
+		// The poll may still run (it ends with the run): elapsed and
+		// pollCPU are read only after it reported.
+		return bench.Result{}, errors.Join(drainErr, stop())
+	}
 	extra := map[string]any{}
 	if pgErr == nil {
 		if end, err := pg.Used(); err == nil {
-			extra[bench.ExtraPostgresCPU] = (end - pgStart).Seconds() * 100000 / float64(o.N)
+			extra[bench.ExtraPostgresCPU] = (end - pgStart - pollCPU).Seconds() * 100000 / float64(o.N)
+			extra[bench.ExtraPollPostgresCPU] = pollCPU.Seconds() * 100000 / float64(o.N)
 		}
 	}
-	if err := errors.Join(drainErr, stop()); err != nil {
+	if err := stop(); err != nil {
 		return bench.Result{}, err
 	}
 	if watch != nil {
@@ -157,22 +167,40 @@ starting:
 }
 
 // untilDrained polls until the rows of o's backlog have left the table and
-// returns the time since began. Rows due only later (o.NotDue) stay. It
-// reads every generation of the hot table (messages_all): a rotation
-// during a long drain leaves the rows not yet delivered in a draining one.
-func untilDrained(ctx context.Context, pool *pgxpool.Pool, o bench.Options, began time.Time) (time.Duration, error) {
+// returns the time since began, and the CPU the polling backend used
+// meanwhile (0 when the server is not on this machine): the benchmark's
+// own load on PostgreSQL, which runBinary does not count as the relay's.
+// Rows due only later (o.NotDue) stay. It reads every generation of the
+// hot table (messages_all): a rotation during a long drain leaves the rows
+// not yet delivered in a draining one.
+func untilDrained(ctx context.Context, pool *pgxpool.Pool, o bench.Options, began time.Time) (time.Duration, time.Duration, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer conn.Release()
+	var backend int
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+		return 0, 0, err
+	}
+	cpuStart, cpuErr := bench.ProcessCPU(backend)
 	query := "SELECT count(*) FROM (SELECT 1 FROM " + pgx.Identifier{o.Schema, "messages_all"}.Sanitize() +
 		" WHERE available_at <= now() LIMIT 1) AS due"
 	for {
 		var due int
-		if err := pool.QueryRow(ctx, query).Scan(&due); err != nil {
-			return 0, err
+		if err := conn.QueryRow(ctx, query).Scan(&due); err != nil {
+			return 0, 0, err
 		}
 		if due == 0 {
-			return time.Since(began), nil
+			elapsed := time.Since(began)
+			var used time.Duration
+			if cpuEnd, err := bench.ProcessCPU(backend); err == nil && cpuErr == nil {
+				used = cpuEnd - cpuStart
+			}
+			return elapsed, used, nil
 		}
 		if ctx.Err() != nil {
-			return 0, ctx.Err()
+			return 0, 0, ctx.Err()
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -38,3 +38,33 @@ func TestRunBinary_ARelayThatExitsFailsTheRun(t *testing.T) {
 		}
 	}
 }
+
+// The binary's drain is timed by polling the table until it is empty.
+// That poll is the benchmark's load on PostgreSQL, not the relay's:
+// untilDrained reports what its backend used, so that runBinary leaves it
+// out of the relay's PostgreSQL CPU (refloop times itself and polls
+// nothing).
+func TestUntilDrained_ReportsWhatItsPollCost(t *testing.T) {
+	db := dbtest.New(t)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload) VALUES ('t', '\x00')`)
+	began := time.Now()
+	go func() {
+		time.Sleep(2 * time.Second)
+		db.Exec(t, `DELETE FROM %s.messages`)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	elapsed, poll, err := untilDrained(ctx, db.Pool, bench.Options{Schema: db.Name}, began)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if elapsed < 2*time.Second {
+		t.Errorf("drained after %s, before the row was deleted (2 s)", elapsed)
+	}
+	// Two seconds of polls every 5 ms (about 400 statements) use some of
+	// a backend's CPU, and never more than the time they took.
+	t.Logf("poll CPU %s over %s", poll, elapsed)
+	if poll <= 0 || poll >= elapsed {
+		t.Errorf("the poll's backend used %s of CPU over %s: want some, and less than the whole", poll, elapsed)
+	}
+}

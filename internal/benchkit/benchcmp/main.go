@@ -266,7 +266,10 @@ func compare(ctx context.Context, o bench.Options, refloop, binary string, stagg
 			return res, 0, err
 		}
 		after, _ := pg.Used()
-		return res, (after - before).Seconds() * 100000 / float64(o.N), nil
+		// The binary's runs poll the table until it is empty: that
+		// backend's CPU is the benchmark's, not the relay's.
+		poll, _ := res.Extra[bench.ExtraPollPostgresCPU].(float64)
+		return res, (after-before).Seconds()*100000/float64(o.N) - poll, nil
 	}
 	baselineName := "refloop"
 	if o.Replicas > 1 {
@@ -297,13 +300,23 @@ func compare(ctx context.Context, o bench.Options, refloop, binary string, stagg
 		// refloop's: its run less a run of its preload alone.
 		drain := ""
 		if ourDrain, ok := res.Extra[bench.ExtraPostgresCPU].(float64); ok && binary != "" && baselineName == "refloop" && pg != nil {
-			_, preloadCPU, err := measured(func() (bench.Result, error) { return runRefloopPreload(ctx, refloop, o) })
+			pre, preloadCPU, err := measured(func() (bench.Result, error) { return runRefloopPreload(ctx, refloop, o) })
 			if err != nil {
 				return fmt.Errorf("round %d: refloop preload: %w", round, err)
 			}
 			if refDrain := refCPU - preloadCPU; refDrain > 0 {
 				drainRatios = append(drainRatios, ourDrain/refDrain)
-				drain = fmt.Sprintf(" | drain %.2f s vs %.2f s (%.2f×)", ourDrain, refDrain, ourDrain/refDrain)
+				poll, _ := res.Extra[bench.ExtraPollPostgresCPU].(float64)
+				drain = fmt.Sprintf(" | drain %.2f s vs %.2f s (%.2f×; the benchmark's poll of the table, %.2f s, left out)", ourDrain, refDrain, ourDrain/refDrain, poll)
+			}
+			// The processes' own CPU over the drain, on the same cores:
+			// the relay's from exec to exit, refloop's run less its
+			// preload alone.
+			relayCPU, ok1 := res.Extra[bench.ExtraRelayCPU].(float64)
+			refRun, ok2 := ref.Extra[extraProcessCPU].(float64)
+			refPre, ok3 := pre.Extra[extraProcessCPU].(float64)
+			if ok1 && ok2 && ok3 {
+				drain += fmt.Sprintf(" | process CPU %.2f s vs %.2f s", relayCPU, refRun-refPre)
 			}
 		}
 		if o.Archived > 0 || o.NotDue > 0 {

@@ -562,7 +562,7 @@ func runFair(ctx context.Context, o manyOptions, admin *pgxpool.Pool, adminURL, 
 	go func() { trDone <- tr.run(trCtx, pool, o.TrickleRate, o.PayloadBytes) }()
 	r.TrickleStart = time.Since(c.startedAt).Seconds()
 
-	drain, err := untilDrained(ctx, pool, bench.Options{Schema: "hot"}, c.startedAt)
+	drain, _, err := untilDrained(ctx, pool, bench.Options{Schema: "hot"}, c.startedAt)
 	if err != nil {
 		return nil, err
 	}

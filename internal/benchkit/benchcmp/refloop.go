@@ -18,6 +18,11 @@ func refloopWorkers(o bench.Options) int {
 	return 2 * max(o.Replicas, 1)
 }
 
+// extraProcessCPU is the key, in a refloop run's Extra, of its process's
+// CPU seconds (user and system, from exec to exit: setup and preload
+// included) per 100k events.
+const extraProcessCPU = "process_cpu_s_per_100k"
+
 // runRefloop runs the reference loop with the parameters of o: batches of
 // 1000 and refloopWorkers workers (two for one relay, as a relay runs two
 // claim loops), every row due at once with o.Burst (its -burst).
@@ -47,7 +52,8 @@ func runRefloopWorkers(ctx context.Context, bin string, o bench.Options, workers
 	if o.Burst {
 		args = append(args, "-burst")
 	}
-	out, err := exec.CommandContext(ctx, bin, args...).Output()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	out, err := cmd.Output()
 	if err != nil {
 		return bench.Result{}, fmt.Errorf("%w: %s", err, out)
 	}
@@ -55,5 +61,10 @@ func runRefloopWorkers(ctx context.Context, bin string, o bench.Options, workers
 	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
 		return bench.Result{}, fmt.Errorf("parse %q: %w", out, err)
 	}
+	if r.Extra == nil {
+		r.Extra = map[string]any{}
+	}
+	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	r.Extra[extraProcessCPU] = cpu.Seconds() * 100000 / float64(o.N)
 	return r, nil
 }
