@@ -99,15 +99,19 @@ func TestRelay_RowsInFlightNeverExceedMaxInFlight(t *testing.T) {
 // RELAY_MAX_IN_FLIGHT_BYTES bounds the payload bytes claimed and unsettled
 // (the relay's memory), and a row larger than the whole budget is
 // dead-lettered without its payload being read; in ordered mode too, where
-// keyed rows are claimed as their keys' heads.
+// keyed rows are claimed as their keys' heads, and in partitioned mode,
+// whose claims walk buckets. (The claims take their rows whole when they
+// fit the budget, and count them up only when they do not: these rows do
+// not.)
 func TestRelay_PayloadBytesInFlightNeverExceedTheByteBudget(t *testing.T) {
 	t.Parallel()
-	for _, ordered := range []bool{false, true} {
-		t.Run(map[bool]string{false: "unordered", true: "ordered"}[ordered], func(t *testing.T) {
+	for _, mode := range []outbox.Mode{outbox.ModeUnordered, outbox.ModeOrdered, outbox.ModePartitioned} {
+		ordered := mode != outbox.ModeUnordered // keyed rows
+		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			cfg := b.config(t)
-			cfg.Mode = map[bool]outbox.Mode{true: outbox.ModeOrdered, false: outbox.ModeUnordered}[ordered]
+			cfg.Mode = mode
 			cfg.MaxInFlightBytes = 64 << 10 // two 30,000-byte rows fit, three do not
 			held := &heldBySink{}
 			cfg.Sinks = map[string]sinks.Sink{"nats": held.sink(20 * time.Millisecond)}

@@ -36,21 +36,33 @@ func leaseRunning(m string) string {
 	return m + `.leased_until > now() AND ` + m + `.leased_until <= now() + interval '24 hours'`
 }
 
-// withinBytes selects, from the rows of the CTE from (id, leased_by,
-// available_at, size), oldest first, those whose payloads add up to at most
+// withinBytes selects columns (id and leased_by, and in partitioned mode
+// key) of the rows of the CTE from (which has them, available_at and size),
+// oldest first, those whose payloads add up to at most
 // @byte_budget, and the first row whatever its size when @oversized is true
 // (the relay holds nothing else): a claim never leases more payload bytes
 // than the relay may hold, and a row larger than its share of the budget
 // still goes, alone. A payload larger than the whole budget counts as
 // nothing (payloadSize): the claim does not read it (readPayload).
-func withinBytes(from string) string {
+//
+// When all of from's rows fit, which is nearly always (a batch of 1,000
+// rows of 256 bytes is 256 kB of a 64 MiB budget), they are taken as they
+// are: the running sum, a sort and a window over the rows, runs only when
+// their total is over the budget. Each branch is gated on the total, an
+// InitPlan, so that the other is never executed: about a millisecond of a
+// 12 ms claim of 1,000 rows.
+func withinBytes(from, columns string) string {
 	return `
-    SELECT id, leased_by FROM (
-        SELECT id, leased_by,
+    SELECT ` + columns + ` FROM ` + from + `
+     WHERE (SELECT sum(size) FROM ` + from + `) <= @byte_budget::bigint
+     UNION ALL
+    SELECT ` + columns + ` FROM (
+        SELECT ` + columns + `,
                sum(size) OVER (ORDER BY available_at, id) AS upto,
                row_number() OVER (ORDER BY available_at, id) AS n
           FROM ` + from + `) AS s
-     WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)`
+     WHERE (SELECT sum(size) FROM ` + from + `) > @byte_budget::bigint
+       AND (upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool))`
 }
 
 // noBucket is the bucket leaseRows returns where rows are not claimed by
@@ -173,7 +185,7 @@ WITH due AS MATERIALIZED (
      ORDER BY available_at, id
      LIMIT @limit
        FOR UPDATE SKIP LOCKED
-), fits AS MATERIALIZED (` + withinBytes("due") + `
+), fits AS MATERIALIZED (` + withinBytes("due", "id, leased_by") + `
 )` + leaseRows("fits", noBucket) + `, m.available_at AS due_at, NULL::text AS held_key`
 
 // oldestRow is the claim floor's {oldest} where a claim may take any row

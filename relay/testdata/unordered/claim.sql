@@ -10,12 +10,16 @@ WITH due AS MATERIALIZED (
      LIMIT @limit
        FOR UPDATE SKIP LOCKED
 ), fits AS MATERIALIZED (
+    SELECT id, leased_by FROM due
+     WHERE (SELECT sum(size) FROM due) <= @byte_budget::bigint
+     UNION ALL
     SELECT id, leased_by FROM (
         SELECT id, leased_by,
                sum(size) OVER (ORDER BY available_at, id) AS upto,
                row_number() OVER (ORDER BY available_at, id) AS n
           FROM due) AS s
-     WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
+     WHERE (SELECT sum(size) FROM due) > @byte_budget::bigint
+       AND (upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool))
 )
     UPDATE "outbox".messages_all AS m
        SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
