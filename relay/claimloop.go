@@ -112,7 +112,7 @@ func (l *claimLoops) run(ctx context.Context, deliverCtx context.Context, c clai
 		// begins, so that a hung database cannot hold the shutdown.
 		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.Lease/4)
 		cutOff := context.AfterFunc(ctx, func() { time.AfterFunc(claimShutdownGrace, cancel) })
-		batch, err := c.claim(claimCtx, claimRequest{limit: limit, bytes: bytes, oversized: oversized, closed: closed})
+		batch, err := c.claim(claimCtx, claimRequest{limit: limit, bytes: bytes, oversized: oversized, closed: closed, stopping: ctx.Done()})
 		cutOff()
 		cancel()
 		used := map[string]int{}

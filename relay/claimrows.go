@@ -111,6 +111,9 @@ type claimRequest struct {
 	oversized bool
 	// closed are the sinks whose rows must not be claimed now.
 	closed []string
+	// stopping is closed once the relay's shutdown begins: a claim that
+	// has not started by then, waiting for its turn, claims nothing.
+	stopping <-chan struct{}
 }
 
 // claimRunner runs claim statements (a mode renders them) and reads the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,8 +34,9 @@ type ordered struct {
 	// as due rows nobody held, and marked the rows behind them waiting,
 	// each a write and a promotion later (200k burst over 5,000 keys, four
 	// relays in one process: 13.9-14.1k events/s against 12.1-13.7k, and
-	// PostgreSQL 8.7-9.0 s per 100k against 9.7-11.0).
-	claimingHeads sync.Mutex
+	// PostgreSQL 8.7-9.0 s per 100k against 9.7-11.0). One that waits for
+	// its turn when shutdown begins claims nothing.
+	claimingHeads claimTurn
 }
 
 // markWaitingAfter is how long a head's delivery may be under way before
@@ -73,15 +73,16 @@ func newOrdered(e *engine) *ordered {
 	// in a statement of its own after the delete.
 	settle.then = render(queryHeadsPromote, s, nil)
 	return &ordered{
-		e:            e,
-		claimUnkeyed: renderClaim(s, unkeyedOnly),
-		claimHeads:   render(queryHeadsClaim, s, nil),
-		repairHeads:  render(queryHeadsRepair, s, nil),
-		backlog:      render(queryHeadsBacklog, s, nil),
-		blocked:      render(queryHeadsBlocked, s, nil),
-		settle:       settle,
-		markAfter:    markWaitingAfter,
-		wake:         make(chan struct{}, 1),
+		e:             e,
+		claimUnkeyed:  renderClaim(s, unkeyedOnly),
+		claimHeads:    render(queryHeadsClaim, s, nil),
+		repairHeads:   render(queryHeadsRepair, s, nil),
+		backlog:       render(queryHeadsBacklog, s, nil),
+		blocked:       render(queryHeadsBlocked, s, nil),
+		settle:        settle,
+		markAfter:     markWaitingAfter,
+		wake:          make(chan struct{}, 1),
+		claimingHeads: newClaimTurn(),
 	}
 }
 
@@ -115,12 +116,14 @@ func (m *ordered) claimHeadsOfKeys(ctx context.Context, req claimRequest) ([]cla
 	// bitmap scan that read and sorted all of its key's rows: with 100 keys
 	// 367 rows deep under a pinned horizon, 37k buffers and 1.5 s a claim,
 	// which leased nothing while the backlog grew.
-	m.claimingHeads.Lock()
+	if ok, err := m.claimingHeads.take(ctx, req.stopping); !ok {
+		return nil, err
+	}
 	end := m.e.chains.Begin() // and the links settled before are forgotten
 	batch, _, err := m.e.claims.runClaim(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")
 	m.e.chainKeys(batch)
 	end()
-	m.claimingHeads.Unlock()
+	m.claimingHeads.release()
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
 		m.e.log.Debug("a claim of heads gave up waiting for a row another transaction is changing", "err", err)
 		return nil, nil

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -22,8 +21,9 @@ type unordered struct {
 	// slowest way a claim passes a row. A steady stream's claims find a
 	// few rows each and overlap little; made to wait for each other, one
 	// claim held up by the server held up both loops (10k rows/s: p99
-	// 10-34 ms against 11-20 ms), so they still may.
-	claiming sync.Mutex
+	// 10-34 ms against 11-20 ms), so they still may. One that waits for
+	// its turn when shutdown begins claims nothing.
+	claiming claimTurn
 	draining atomic.Bool
 	// cursor is where the last full claim ended: while a backlog drains,
 	// claims walk from there, past the rows in flight (claimCursor).
@@ -32,9 +32,10 @@ type unordered struct {
 
 func newUnordered(e *engine) *unordered {
 	return &unordered{
-		e:      e,
-		claim:  renderClaim(e.cfg.Schema, ""),
-		settle: renderSettle(e.cfg.Schema, settleSlots{}, true),
+		e:        e,
+		claim:    renderClaim(e.cfg.Schema, ""),
+		settle:   renderSettle(e.cfg.Schema, settleSlots{}, true),
+		claiming: newClaimTurn(),
 	}
 }
 
@@ -51,11 +52,15 @@ func (m *unordered) claimers() []claimer {
 
 // claimRows leases up to req's limit of due rows (queryMessagesClaim):
 // after the other loop's claim while the relay is draining (claiming), and
-// from where the cursor says (claimCursor), which it then moves.
+// from where the cursor says (claimCursor), which it then moves. Waiting
+// for its turn, it claims nothing once shutdown begins (req.stopping): the
+// rows would only be delivered in the shutdown's grace, or released.
 func (m *unordered) claimRows(ctx context.Context, req claimRequest) ([]claimedRow, error) {
 	if m.draining.Load() {
-		m.claiming.Lock()
-		defer m.claiming.Unlock()
+		if ok, err := m.claiming.take(ctx, req.stopping); !ok {
+			return nil, err
+		}
+		defer m.claiming.release()
 	}
 	batch, _, err := m.e.claims.runClaim(ctx, m.claim, m.e.claims.messagesClaimArgs(req, &m.cursor), req, "claim batch")
 	full := err == nil && len(batch) == req.limit && len(batch) > 0
