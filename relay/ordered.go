@@ -117,7 +117,10 @@ func (m *ordered) claimHeadsOfKeys(ctx context.Context, req claimRequest) ([]cla
 	// 367 rows deep under a pinned horizon, 37k buffers and 1.5 s a claim,
 	// which leased nothing while the backlog grew.
 	if ok, err := m.claimingHeads.take(ctx, req.stopping); !ok {
-		return nil, err
+		if err != nil {
+			return nil, fmt.Errorf("claim heads of keys: waiting for the other loop's claim: %w", err)
+		}
+		return nil, nil
 	}
 	end := m.e.chains.Begin() // and the links settled before are forgotten
 	batch, _, err := m.e.claims.runClaim(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -58,7 +59,10 @@ func (m *unordered) claimers() []claimer {
 func (m *unordered) claimRows(ctx context.Context, req claimRequest) ([]claimedRow, error) {
 	if m.draining.Load() {
 		if ok, err := m.claiming.take(ctx, req.stopping); !ok {
-			return nil, err
+			if err != nil {
+				return nil, fmt.Errorf("claim batch: waiting for the other loop's claim: %w", err)
+			}
+			return nil, nil
 		}
 		defer m.claiming.release()
 	}
