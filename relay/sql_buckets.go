@@ -65,7 +65,13 @@ var queryBucketsClaim = `
 WITH mine AS MATERIALIZED (` + bucketMine + `
 ), owned AS MATERIALIZED (` + bucketOwned + `
 ), due AS MATERIALIZED (` + bucketWalk + `{held_heads}
-), fits AS MATERIALIZED (` + withinBytes("due", "id, leased_by, key") + `
+), fits AS MATERIALIZED (
+    SELECT id, leased_by, key FROM (
+        SELECT id, leased_by, key,
+               sum(size) OVER (ORDER BY available_at, id) AS upto,
+               row_number() OVER (ORDER BY available_at, id) AS n
+          FROM due) AS s
+     WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
 ), outside AS MATERIALIZED (
     SELECT k.key, k.ids, k.leased, k.newest,
            CASE WHEN k.newest = k.ids[1] AND (p.id IS NULL OR p.ours) THEN NULL

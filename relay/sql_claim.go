@@ -36,9 +36,8 @@ func leaseRunning(m string) string {
 	return m + `.leased_until > now() AND ` + m + `.leased_until <= now() + interval '24 hours'`
 }
 
-// withinBytes selects columns (id and leased_by, and in partitioned mode
-// key) of the rows of the CTE from (which has them, available_at and size),
-// oldest first, those whose payloads add up to at most
+// withinBytes selects, from the rows of the CTE from (id, leased_by,
+// available_at, size), oldest first, those whose payloads add up to at most
 // @byte_budget, and the first row whatever its size when @oversized is true
 // (the relay holds nothing else): a claim never leases more payload bytes
 // than the relay may hold, and a row larger than its share of the budget
@@ -54,13 +53,13 @@ func leaseRunning(m string) string {
 // Both forms take the same rows because size is never NULL or negative
 // (payloadSize): when every row fits, every running sum does, and the
 // first row with them; no rows sum to NULL, and neither branch runs.
-func withinBytes(from, columns string) string {
+func withinBytes(from string) string {
 	return `
-    SELECT ` + columns + ` FROM ` + from + `
+    SELECT id, leased_by FROM ` + from + `
      WHERE (SELECT sum(size) FROM ` + from + `) <= @byte_budget::bigint
      UNION ALL
-    SELECT ` + columns + ` FROM (
-        SELECT ` + columns + `,
+    SELECT id, leased_by FROM (
+        SELECT id, leased_by,
                sum(size) OVER (ORDER BY available_at, id) AS upto,
                row_number() OVER (ORDER BY available_at, id) AS n
           FROM ` + from + `) AS s
@@ -188,7 +187,7 @@ WITH due AS MATERIALIZED (
      ORDER BY available_at, id
      LIMIT @limit
        FOR UPDATE SKIP LOCKED
-), fits AS MATERIALIZED (` + withinBytes("due", "id, leased_by") + `
+), fits AS MATERIALIZED (` + withinBytes("due") + `
 )` + leaseRows("fits", noBucket) + `, m.available_at AS due_at, NULL::text AS held_key`
 
 // oldestRow is the claim floor's {oldest} where a claim may take any row

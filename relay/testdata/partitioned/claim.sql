@@ -23,16 +23,12 @@ WITH mine AS MATERIALIZED (
               FOR UPDATE SKIP LOCKED) AS c
      LIMIT @limit)
 ), fits AS MATERIALIZED (
-    SELECT id, leased_by, key FROM due
-     WHERE (SELECT sum(size) FROM due) <= @byte_budget::bigint
-     UNION ALL
     SELECT id, leased_by, key FROM (
         SELECT id, leased_by, key,
                sum(size) OVER (ORDER BY available_at, id) AS upto,
                row_number() OVER (ORDER BY available_at, id) AS n
           FROM due) AS s
-     WHERE (SELECT sum(size) FROM due) > @byte_budget::bigint
-       AND (upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool))
+     WHERE upto <= @byte_budget::bigint OR (n = 1 AND @oversized::bool)
 ), outside AS MATERIALIZED (
     SELECT k.key, k.ids, k.leased, k.newest,
            CASE WHEN k.newest = k.ids[1] AND (p.id IS NULL OR p.ours) THEN NULL
