@@ -325,7 +325,7 @@ func (cr *claimRunner) readClaimed(rows pgx.Rows, limit int) (batch []claimedRow
 	// per column (a fifth of the relay's CPU in a drain was this loop).
 	var (
 		c                               claimedRow
-		key, destination, heldCol       pgtype.Text
+		key, destination                pgtype.Text
 		topic, idempotencyKey, tooLarge pgtype.Text
 		headers                         []byte
 		createdAt, dueAt                pgtype.Timestamptz
@@ -336,7 +336,7 @@ func (cr *claimRunner) readClaimed(rows pgx.Rows, limit int) (batch []claimedRow
 	dest[cols.headers], dest[cols.idempotencyKey], dest[cols.destination] = &headers, &idempotencyKey, &destination
 	dest[cols.createdAt], dest[cols.attempts], dest[cols.claimSeq] = &createdAt, &c.Attempt, &c.seq
 	dest[cols.rescued], dest[cols.duplicate], dest[cols.bucket] = &c.rescued, &c.duplicate, &c.bucket
-	dest[cols.tooLarge], dest[cols.heldKey] = &tooLarge, &heldCol
+	dest[cols.tooLarge] = &tooLarge // held_key (nil: skipped) is read only of held rows, below
 	if cols.after >= 0 {
 		dest[cols.after] = &after
 	}
@@ -358,7 +358,9 @@ func (cr *claimRunner) readClaimed(rows pgx.Rows, limit int) (batch []claimedRow
 			continue
 		}
 		c, headers = claimedRow{}, nil
-		key, destination, heldCol, topic, idempotencyKey, tooLarge = pgtype.Text{}, pgtype.Text{}, pgtype.Text{}, pgtype.Text{}, pgtype.Text{}, pgtype.Text{}
+		// Reset too: a scan that fails part way leaves the columns after
+		// the failing one as the previous row had them.
+		key, destination, topic, idempotencyKey, tooLarge = pgtype.Text{}, pgtype.Text{}, pgtype.Text{}, pgtype.Text{}, pgtype.Text{}
 		createdAt, dueAt, after = pgtype.Timestamptz{}, pgtype.Timestamptz{}, pgtype.Int8{}
 		err := rows.Scan(dest...)
 		if err == nil && !tooLarge.Valid {
