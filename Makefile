@@ -18,7 +18,7 @@ NATS_URL ?= nats://127.0.0.1:4222
 # the table to drop.
 REFLOOP ?= internal/benchkit/yardstick
 
-.PHONY: build test ci helm bench bench-binary bench-replicas bench-processes bench-pin-horizon bench-many-outboxes bench-console bench-instructions examples examples-run
+.PHONY: build test ci helm bench bench-binary bench-replicas bench-processes bench-pin-horizon bench-many-outboxes bench-console bench-instructions bench-partitioned-claim examples examples-run
 
 build:
 	.ci/build bin/outbox-relay
@@ -170,6 +170,14 @@ bench-console:
 # minutes.
 bench-instructions: build
 	internal/bench/instructions.sh bin/outbox-relay
+
+# Partitioned mode's claim statement alone, timed with pgbench on a scratch
+# schema of DATABASE_URL (internal/bench/partitioned_claim.sh: 200k rows
+# over 5,000 keys, 3,000 in flight), told which keys have rows in flight in
+# the relay and told none, alternating, ROUNDS rounds of 100 executions;
+# docs/benchmarks.md, "A key's rows in flight spare the claim a lookup".
+bench-partitioned-claim: build
+	DATABASE_URL="$(DATABASE_URL)" internal/bench/partitioned_claim.sh bin/outbox-relay $(ROUNDS)
 
 # The examples' tests: their INSERT statements match the docs' and work
 # against a real schema, and the Go example's main runs (part of `make test`).

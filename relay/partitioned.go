@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -108,6 +109,7 @@ func (m *partitioned) eagerPause() time.Duration {
 func (m *partitioned) bucketsClaimArgs(req claimRequest, buckets []int32, epochs []int64, shares []int32) pgx.StrictNamedArgs {
 	args := m.e.claims.claimArgs(req)
 	args["buckets"], args["epochs"], args["shares"] = buckets, epochs, shares
+	args["keys_in_flight"] = []byte("{}") // the claim sets them once its chains' links are kept
 	m.e.idFloorArgs(args)
 	return args
 }
@@ -138,6 +140,7 @@ func (m *partitioned) claimer() claimer {
 		// writing down (after): their links are kept until it ends.
 		m.claiming.Lock()
 		end := m.e.chains.Begin()
+		args["keys_in_flight"] = keysInFlight(m.e.chains.Keys())
 		batch, keys, err := m.e.claims.runClaim(ctx, stmt, args, req, "claim rows of owned buckets")
 		m.e.chainKeys(batch)
 		end()
@@ -329,4 +332,26 @@ func (h *heldKeys) releaseKeys(items []rowOutcome) {
 			delete(h.until, items[i].key)
 		}
 	}
+}
+
+// keyInFlightBytesMax is the longest key keysInFlight names: a key is a
+// hint there, and the claim looks a longer one up instead, so that a
+// producer's long keys cannot make every claim carry them.
+const keyInFlightBytesMax = 256
+
+// keysInFlight returns the keys of the rows the relay holds (its chains'
+// Keys), up to keyInFlightBytesMax bytes each, as a JSON object whose names
+// are the keys (queryBucketsClaim's @keys_in_flight).
+func keysInFlight(keys []string) []byte {
+	names := make(map[string]int8, len(keys))
+	for _, k := range keys {
+		if len(k) <= keyInFlightBytesMax {
+			names[k] = 0
+		}
+	}
+	b, err := json.Marshal(names)
+	if err != nil {
+		return []byte("{}") // a hint: without it the claim looks every key up
+	}
+	return b
 }

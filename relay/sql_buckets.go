@@ -23,7 +23,8 @@ import "github.com/outbox-relay/outbox-relay/relay/internal/floor"
 // two probes of messages_key_idx start at the key's first row in the claim
 // (ids[1]): backwards, the live row just before it (p, down to the id
 // floor; run only when the key's first live row from the id floor up lies
-// before ids[1], a forward lookup that stops there), and forwards, unless
+// before ids[1], a forward lookup that stops there, or when the key has
+// rows in flight in this relay: @keys_in_flight, below), and forwards, unless
 // p holds the key back, the key's first row after it that is not in the
 // claim (oldest): the key's rows in the claim before that one are kept.
 // A key with one row in the claim needs no forward probe (no row of the
@@ -48,7 +49,16 @@ import "github.com/outbox-relay/outbox-relay/relay/internal/floor"
 // generation: the dead entries a pinned horizon keeps (1.2 ms a key after
 // ten minutes of a pin at 1,000 rows/s, and 0.16 ms unpinned, where
 // vacuum lags). The forward lookup starts at the floor and stops at the
-// key's first live row.
+// key's first live row. It only spares the backward probe that walk, and
+// says nothing the probe does not: a key the relay holds rows of (the keys
+// of its chains, @keys_in_flight, a JSON object whose names are the keys:
+// ? looks a name up by binary search) has a live row below ids[1], its row
+// in flight, where the backward probe stops, so its lookup is skipped. In
+// a 200k burst over 5,000 keys three keys in four of a claim have one, and
+// a claim of 1,000 rows over 1,000 such keys took 20.6-23.2 ms against
+// 25.0-29.7 ms (4,000 buffers fewer). A key named wrongly costs only time:
+// one whose rows here were settled since, a probe that walks its entries
+// below the floor.
 // @default_sink and @closed_sinks are those of queryMessagesClaim. Its
 // rows are leaseRows' with after (set on the first row of a key kept
 // behind a row of this relay's), then one row per key that
@@ -87,9 +97,10 @@ WITH mine AS MATERIALIZED (` + bucketMine + `
       LEFT JOIN LATERAL (
            SELECT o.id, (o.leased_by = @relay_id AND ` + leaseRunning("o") + `) IS TRUE AS ours
              FROM {schema}.messages_all AS o
-            WHERE (SELECT f.id FROM {schema}.messages_all AS f
-                    WHERE ` + ofKey("f", "k.key") + `
-                    ORDER BY f.key, f.id LIMIT 1) < k.ids[1]
+            WHERE (@keys_in_flight::jsonb ? k.key
+                   OR (SELECT f.id FROM {schema}.messages_all AS f
+                        WHERE ` + ofKey("f", "k.key") + `
+                        ORDER BY f.key, f.id LIMIT 1) < k.ids[1])
               AND o.key IS NOT NULL AND (o.key, o.id) < (k.key, k.ids[1]) AND (o.key, o.id) >= (k.key, ` + floor.IDFloor + `)
             ORDER BY o.key DESC, o.id DESC LIMIT 1) AS p ON true
 ), kept AS MATERIALIZED (

@@ -42,6 +42,9 @@ type Chains struct {
 	byID    map[int64]*Link
 	running map[uint64]time.Time // the claims under way, by token, since when
 	token   uint64
+	// held counts, per key, the links registered and not yet settled or
+	// forgotten: the keys of the rows the relay holds (Keys).
+	held map[string]int
 }
 
 // Link is one keyed row's place in its key's chain.
@@ -59,6 +62,10 @@ type Link struct {
 	registered bool
 	expires    time.Time // when the row's lease is over
 	settledAt  time.Time
+	// key is the row's key, and counted set while the link counts in
+	// Chains.held.
+	key     string
+	counted bool
 }
 
 // ID is the row's id.
@@ -72,7 +79,7 @@ func New(cfg Config) *Chains {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Chains{cfg: cfg, byID: map[int64]*Link{}, running: map[uint64]time.Time{}}
+	return &Chains{cfg: cfg, byID: map[int64]*Link{}, running: map[uint64]time.Time{}, held: map[string]int{}}
 }
 
 // Begin records that a claim begins, and forgets the links no claim may
@@ -104,9 +111,35 @@ func (c *Chains) forget(now time.Time) {
 	}
 	for id, l := range c.byID {
 		if (!l.settledAt.IsZero() && l.settledAt.Before(oldest)) || now.After(l.expires) {
+			c.uncount(l)
 			delete(c.byID, id)
 		}
 	}
+}
+
+// uncount takes l out of the held keys' counts, if it counts there.
+func (c *Chains) uncount(l *Link) {
+	if !l.counted {
+		return
+	}
+	l.counted = false
+	if c.held[l.key]--; c.held[l.key] <= 0 {
+		delete(c.held, l.key)
+	}
+}
+
+// Keys returns the keys of the rows the relay holds: claimed (registered
+// by Claimed), neither settled nor past their lease, each once, in no
+// order. A claim of a keyed mode may take them as a hint that the key has
+// a row in flight here (queryBucketsClaim); nothing of order rests on it.
+func (c *Chains) Keys() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys := make([]string, 0, len(c.held))
+	for k := range c.held {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // Len is the number of links held.
@@ -145,10 +178,17 @@ func (c *Chains) Claimed(rows []Row, leaseEnd time.Time) (self, prev []*Link) {
 		// expired: the row starts a new one.
 		l := c.byID[r.ID]
 		if l == nil || l.registered {
+			if l != nil {
+				c.uncount(l)
+			}
 			l = &Link{id: r.ID}
 			c.byID[r.ID] = l
 		}
 		l.registered, l.expires = true, leaseEnd
+		if !l.counted && l.settledAt.IsZero() {
+			l.key, l.counted = r.Key, true
+			c.held[r.Key]++
+		}
 		l.prev = p
 		if p != nil {
 			p.next = append(p.next, l)
@@ -266,6 +306,7 @@ func (c *Chains) Settled(links []*Link) {
 	for _, l := range links {
 		if l != nil {
 			l.settledAt = now
+			c.uncount(l)
 		}
 	}
 }

@@ -146,3 +146,44 @@ func TestBegin_LinksWhoseLeaseIsOverAreForgotten(t *testing.T) {
 		t.Fatal("a link outlived its lease")
 	}
 }
+
+func TestKeys_TheKeysOfTheRowsHeldUntilTheyAreSettledOrTheirLeaseIsOver(t *testing.T) {
+	now := time.Now()
+	c := New(Config{Now: func() time.Time { return now }})
+	keys := func() map[string]bool {
+		t.Helper()
+		got := map[string]bool{}
+		for _, k := range c.Keys() {
+			if got[k] {
+				t.Fatalf("Keys lists %q twice", k)
+			}
+			got[k] = true
+		}
+		return got
+	}
+	self, _ := c.Claimed([]Row{{ID: 1, Key: "a"}, {ID: 2, Key: "b"}, {ID: 3, Key: "a"}}, now.Add(time.Minute))
+	short, _ := c.Claimed([]Row{{ID: 4, Key: "c"}}, now.Add(time.Second))
+	if got := keys(); len(got) != 3 || !got["a"] || !got["b"] || !got["c"] {
+		t.Fatalf("Keys = %v, want a, b and c", got)
+	}
+	c.Settled(self[:1])
+	if got := keys(); !got["a"] {
+		t.Fatalf("Keys = %v after row 1 was settled: row 3 of a is still held", got)
+	}
+	c.Settled(self[1:])
+	c.Settled(self[1:]) // a settle given up and then done: counted once
+	if got := keys(); len(got) != 1 || !got["c"] {
+		t.Fatalf("Keys = %v after rows 1-3 were settled, want c alone", got)
+	}
+	now = now.Add(2 * time.Second)
+	c.Begin()() // forgets the link whose lease is over
+	if got := keys(); len(got) != 0 {
+		t.Fatalf("Keys = %v once row 4's lease (%v) was over, want none", got, short[0].expires)
+	}
+	again, _ := c.Claimed([]Row{{ID: 5, Key: "d"}}, now.Add(time.Minute))
+	c.Claimed([]Row{{ID: 5, Key: "d"}}, now.Add(time.Minute)) // claimed again: a new link, the old one no longer counts
+	c.Settled(again)
+	if got := keys(); len(got) != 1 || !got["d"] {
+		t.Fatalf("Keys = %v, want d: the row's new link is not settled", got)
+	}
+}

@@ -48,4 +48,12 @@
 // Links are forgotten once their rows are settled and no claim that began
 // before the settle is still running (such a claim may have seen the row
 // still leased, and name it in After), or when their lease is over.
+//
+// # Keys
+//
+// Keys lists the keys of the rows the relay holds: registered, neither
+// settled nor past their lease. A claim may take them as a hint that a key
+// has a row in flight here (partitioned mode's claim skips a lookup for
+// them); nothing of a key's order rests on the list, which a settle or a
+// lease's end may make stale the moment it is read.
 package keychain

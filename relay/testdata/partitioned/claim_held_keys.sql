@@ -59,11 +59,12 @@ WITH mine AS MATERIALIZED (
       LEFT JOIN LATERAL (
            SELECT o.id, (o.leased_by = @relay_id AND o.leased_until > now() AND o.leased_until <= now() + interval '24 hours') IS TRUE AS ours
              FROM "outbox".messages_all AS o
-            WHERE (SELECT f.id FROM "outbox".messages_all AS f
-                    WHERE f.key IS NOT NULL AND (f.key, f.id) >= (k.key, (SELECT least(min(w.id), @id_floor::bigint)
+            WHERE (@keys_in_flight::jsonb ? k.key
+                   OR (SELECT f.id FROM "outbox".messages_all AS f
+                        WHERE f.key IS NOT NULL AND (f.key, f.id) >= (k.key, (SELECT least(min(w.id), @id_floor::bigint)
                     FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
                    WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot()))) AND (f.key, f.id) <= (k.key, 9223372036854775807)
-                    ORDER BY f.key, f.id LIMIT 1) < k.ids[1]
+                        ORDER BY f.key, f.id LIMIT 1) < k.ids[1])
               AND o.key IS NOT NULL AND (o.key, o.id) < (k.key, k.ids[1]) AND (o.key, o.id) >= (k.key, (SELECT least(min(w.id), @id_floor::bigint)
                     FROM unnest(@passed_writers::text[]::xid8[], @passed_ids::bigint[]) AS w(x, id)
                    WHERE pg_visible_in_snapshot(w.x, pg_current_snapshot())))
