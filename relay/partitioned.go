@@ -2,13 +2,13 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -109,7 +109,7 @@ func (m *partitioned) eagerPause() time.Duration {
 func (m *partitioned) bucketsClaimArgs(req claimRequest, buckets []int32, epochs []int64, shares []int32) pgx.StrictNamedArgs {
 	args := m.e.claims.claimArgs(req)
 	args["buckets"], args["epochs"], args["shares"] = buckets, epochs, shares
-	args["keys_in_flight"] = []byte("{}") // the claim sets them once its chains' links are kept
+	args["keys_in_flight"] = "{}" // the claim sets them once its chains' links are kept
 	m.e.idFloorArgs(args)
 	return args
 }
@@ -334,24 +334,46 @@ func (h *heldKeys) releaseKeys(items []rowOutcome) {
 	}
 }
 
-// keyInFlightBytesMax is the longest key keysInFlight names: a key is a
-// hint there, and the claim looks a longer one up instead, so that a
-// producer's long keys cannot make every claim carry them.
-const keyInFlightBytesMax = 256
+// keyInFlightBytesMax is the longest key keysInFlight names, and
+// keysInFlightBytesMax the most bytes of all the names: the keys are a
+// hint, and the claim looks any other key up instead, so that a producer's
+// long keys, or many, cannot make every claim carry them.
+const (
+	keyInFlightBytesMax  = 256
+	keysInFlightBytesMax = 64 << 10
+)
 
 // keysInFlight returns the keys of the rows the relay holds (its chains'
-// Keys), up to keyInFlightBytesMax bytes each, as a JSON object whose names
-// are the keys (queryBucketsClaim's @keys_in_flight).
-func keysInFlight(keys []string) []byte {
-	names := make(map[string]int8, len(keys))
+// Keys) as a JSON object whose names are the keys, each 0
+// (queryBucketsClaim's @keys_in_flight), passed as text: a []byte goes as
+// bytea where pgx runs a statement in the simple protocol. A key is written
+// as its bytes, with " and \ escaped and nothing else: an escape \uXXXX
+// above ASCII is refused by a database whose encoding is not UTF-8, which
+// would fail the claim. Keys that are not valid UTF-8 or hold a control
+// character (no producer writes them through the insert guard), longer than
+// keyInFlightBytesMax, or past keysInFlightBytesMax are left out.
+func keysInFlight(keys []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
 	for _, k := range keys {
-		if len(k) <= keyInFlightBytesMax {
-			names[k] = 0
+		if len(k) > keyInFlightBytesMax || !utf8.ValidString(k) || strings.ContainsFunc(k, func(r rune) bool { return r < 0x20 }) {
+			continue
 		}
+		if b.Len()+2*len(k)+6 > keysInFlightBytesMax {
+			break
+		}
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for i := 0; i < len(k); i++ {
+			if k[i] == '"' || k[i] == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(k[i])
+		}
+		b.WriteString(`":0`)
 	}
-	b, err := json.Marshal(names)
-	if err != nil {
-		return []byte("{}") // a hint: without it the claim looks every key up
-	}
-	return b
+	b.WriteByte('}')
+	return b.String()
 }

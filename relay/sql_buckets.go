@@ -50,15 +50,20 @@ import "github.com/outbox-relay/outbox-relay/relay/internal/floor"
 // ten minutes of a pin at 1,000 rows/s, and 0.16 ms unpinned, where
 // vacuum lags). The forward lookup starts at the floor and stops at the
 // key's first live row. It only spares the backward probe that walk, and
-// says nothing the probe does not: a key the relay holds rows of (the keys
-// of its chains, @keys_in_flight, a JSON object whose names are the keys:
-// ? looks a name up by binary search) has a live row below ids[1], its row
-// in flight, where the backward probe stops, so its lookup is skipped. In
-// a 200k burst over 5,000 keys three keys in four of a claim have one, and
-// a claim of 1,000 rows over 1,000 such keys took 20.6-23.2 ms against
-// 25.0-29.7 ms (4,000 buffers fewer). A key named wrongly costs only time:
-// one whose rows here were settled since, a probe that walks its entries
-// below the floor.
+// says nothing the probe does not: the probe's own bounds are the lookup's,
+// so when the lookup finds nothing the probe finds nothing either. A key
+// the relay holds rows of (the keys of its chains, @keys_in_flight, a JSON
+// object whose names are the keys: ? looks a name up by binary search) most
+// often has a live row below ids[1], its row in flight, where the backward
+// probe stops, so its lookup is skipped. In a 200k burst over 5,000 keys
+// three keys in four of a claim have one; a claim of 1,000 rows over 1,000
+// such keys took 23.0-24.2 ms against 26.6-29.1 ms (make
+// bench-partitioned-claim; 4,000 buffers fewer), reading the object (1,265
+// keys) about 0.3 ms of it. A key named wrongly costs only time, a probe
+// that walks its entries below the floor: one whose rows here were settled
+// between the relay's reading of its chains and the claim's snapshot (a
+// settle commits before its links say so), or whose rows here lie above
+// ids[1].
 // @default_sink and @closed_sinks are those of queryMessagesClaim. Its
 // rows are leaseRows' with after (set on the first row of a key kept
 // behind a row of this relay's), then one row per key that

@@ -129,9 +129,10 @@ func (c *Chains) uncount(l *Link) {
 }
 
 // Keys returns the keys of the rows the relay holds: claimed (registered
-// by Claimed), neither settled nor past their lease, each once, in no
-// order. A claim of a keyed mode may take them as a hint that the key has
-// a row in flight here (queryBucketsClaim); nothing of order rests on it.
+// by Claimed) and not settled, each once, in no order; links past their
+// lease are dropped by Begin, so right after Begin none of those. A claim
+// of a keyed mode may take them as a hint that the key has a row in flight
+// here (queryBucketsClaim); nothing of order rests on it.
 func (c *Chains) Keys() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -187,3 +187,27 @@ func TestKeys_TheKeysOfTheRowsHeldUntilTheyAreSettledOrTheirLeaseIsOver(t *testi
 		t.Fatalf("Keys = %v, want d: the row's new link is not settled", got)
 	}
 }
+
+func TestKeys_ARowNamedBeforeItIsRegisteredCountsOnceRegistered(t *testing.T) {
+	now := time.Now()
+	c := New(Config{Now: func() time.Time { return now }})
+	lease := now.Add(time.Minute)
+	// A claim names row 1 (a concurrent claim of this relay leased it) as
+	// the row its first row of a follows: not this relay's to count yet.
+	c.Claimed([]Row{{ID: 2, Key: "a", After: 1}}, lease)
+	if got := c.Keys(); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("Keys = %v, want a (row 2)", got)
+	}
+	first, _ := c.Claimed([]Row{{ID: 1, Key: "a"}}, lease)
+	end := c.Begin() // a claim under way: settled links are kept for it
+	c.Settled(first)
+	if got := c.Keys(); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("Keys = %v after row 1 was settled, want a (row 2 is held)", got)
+	}
+	end()
+	now = now.Add(time.Millisecond)
+	c.Begin()()
+	if got := c.Keys(); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("Keys = %v once row 1's link was forgotten, want a (row 2)", got)
+	}
+}

@@ -51,8 +51,8 @@
 //
 // # Keys
 //
-// Keys lists the keys of the rows the relay holds: registered, neither
-// settled nor past their lease. A claim may take them as a hint that a key
+// Keys lists the keys of the rows the relay holds: registered and not
+// settled (past their lease too, until the next Begin drops them). A claim may take them as a hint that a key
 // has a row in flight here (partitioned mode's claim skips a lookup for
 // them); nothing of a key's order rests on the list, which a settle or a
 // lease's end may make stale the moment it is read.
