@@ -113,13 +113,7 @@ func TestClaimCursor_ADrainingClaimWalksPastNoRowInFlight(t *testing.T) {
 		if _, err := tx.Exec(ctx, r.engine.claims.plan); err != nil { // the claims' generic plan
 			t.Fatal(err)
 		}
-		returned := func() (v int64) {
-			t.Helper()
-			if err := tx.QueryRow(ctx, "SELECT pg_stat_get_xact_tuples_returned($1::regclass)", db.Table("messages_due_idx")).Scan(&v); err != nil {
-				t.Fatal(err)
-			}
-			return v
-		}
+		returned := func() int64 { return indexEntriesRead(t, tx, db.Table("messages_due_idx")) }
 		before := returned()
 		n = len(claimedIDs(t, tx, m.claim, args()))
 		entries = returned() - before

@@ -63,13 +63,7 @@ SELECT 'events.a', 'x', 'k' || k FROM generate_series(1, 5) AS s, generate_serie
 		}
 		args := m.bucketsClaimArgs(claimRequest{limit: 1000, bytes: 1 << 30, closed: []string{}}, buckets, epochs, shares)
 		args["keys_in_flight"] = keys
-		read := func() (v int64) {
-			t.Helper()
-			if err := tx.QueryRow(ctx, "SELECT pg_stat_get_xact_tuples_returned($1::regclass)", db.Table("messages_key_idx")).Scan(&v); err != nil {
-				t.Fatal(err)
-			}
-			return v
-		}
+		read := func() int64 { return indexEntriesRead(t, tx, db.Table("messages_key_idx")) }
 		before := read()
 		ids, held = claimedAndHeld(t, tx, m.claims[0], args)
 		return ids, held, read() - before

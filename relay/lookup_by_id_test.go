@@ -494,6 +494,16 @@ func claimedIDs(t *testing.T, tx pgx.Tx, claim string, args pgx.StrictNamedArgs)
 	return ids
 }
 
+// indexEntriesRead returns how many entries of the index (a qualified
+// name) scans in tx's transaction have read so far.
+func indexEntriesRead(t *testing.T, tx pgx.Tx, index string) (n int64) {
+	t.Helper()
+	if err := tx.QueryRow(context.Background(), "SELECT pg_stat_get_xact_tuples_returned($1::regclass)", index).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // planTx begins a transaction on db's pool for a plan test, rolled back
 // when the test ends: what the test drops or updates in it never lands.
 func planTx(t *testing.T, db *dbtest.Schema) pgx.Tx {
