@@ -83,7 +83,12 @@
 // key's rows (delivered or dead-lettered) then makes the key's next
 // waiting row a candidate, in a statement of its own that sees every mark
 // made behind them, and wakes the head claimers, so a key's next rows go as
-// soon as the previous ones are settled. A head that backs off keeps the
+// soon as the previous ones are settled. Behind a key's rows in flight in
+// its own relay, a claim does not wait for their settle: it leases the
+// key's next candidate with its run, naming the row in flight it follows
+// (relay/internal/keychain, as partitioned mode does), and the relay sends
+// them once that row has passed, or releases them unsent when it did not.
+// A head that backs off keeps the
 // rows behind it waiting with one write to itself. Rows without a key are
 // claimed by a loop of their own, from an index that holds only them.
 // One claim of heads runs at a time per schema (a transaction-level

@@ -47,18 +47,21 @@ func anyRows(limit int) claimRequest {
 // few hundred index entries at most, not thousands. The heads in flight
 // are the keys' second rows, made candidates by the settle of the first
 // (as in any drain), which moved them after the rows behind them, with
-// their runs.
+// their runs. The first heads are in flight in another relay: a relay
+// claims the rows behind its own rows in flight
+// (TestHeadsClaim_TakesTheRowsBehindItsOwnRowsInFlight).
 func TestHeadsClaim_DoesNotWalkTheRowsBehindHeadsInFlight(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
 	db.SetMode(t, outbox.ModeOrdered)
 	r, m := orderedRelay(t, db)
+	otherRelay, other := orderedRelayNamed(t, db, "relay-b")
 	m.markAfter = 0 // rows behind heads just leased are marked too
-	// The first claim leases the 100 heads; the rows written behind them
-	// after it are marked by the claims that follow.
+	// The other relay's claim leases the 100 heads; the rows written
+	// behind them after it are marked by the claims that follow.
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || i FROM generate_series(0, 99) AS i`)
-	heads, err := m.claimHeadsOfKeys(ctx, anyRows(1000))
+	heads, err := other.claimHeadsOfKeys(ctx, anyRows(1000))
 	if err != nil || len(heads) != 100 {
 		t.Fatalf("the first claim leased %d rows, %v; want the 100 heads", len(heads), err)
 	}
@@ -78,7 +81,7 @@ func TestHeadsClaim_DoesNotWalkTheRowsBehindHeadsInFlight(t *testing.T) {
 	for i, h := range heads {
 		settled[i] = rowOutcome{id: h.ID, seq: h.seq, attempt: h.Attempt, sink: "nats", kind: kindDelivered, key: h.Key, keyed: true}
 	}
-	if err := r.settler.settleBatch(ctx, settled); err != nil {
+	if err := otherRelay.settler.settleBatch(ctx, settled); err != nil {
 		t.Fatal(err)
 	}
 	if batch, err := m.claimHeadsOfKeys(ctx, anyRows(1000)); err != nil || len(batch) != 1000 {
@@ -116,15 +119,18 @@ func TestHeadsClaim_DoesNotWalkTheRowsBehindHeadsInFlight(t *testing.T) {
 // second statement, with a snapshot taken after the claim committed, makes
 // row 2 a candidate again. Decided in the settle's first statement, on a
 // snapshot taken before the claim committed, row 2 would wait for ever.
+// Row 1 is in flight in another relay (a relay claims the rows behind its
+// own).
 func TestHeadsSettle_SeesTheMarksOfAClaimItWaitedFor(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
 	db.SetMode(t, outbox.ModeOrdered)
-	r, m := orderedRelay(t, db)
-	m.markAfter = 0 // the claim marks the row behind the head it just leased
+	_, m := orderedRelay(t, db)
+	r, other := orderedRelayNamed(t, db, "relay-b")
+	m.markAfter = 0 // the claim marks the row behind the head just leased
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'first', 'k')`)
-	batch, err := m.claimHeadsOfKeys(ctx, anyRows(10))
+	batch, err := other.claimHeadsOfKeys(ctx, anyRows(10))
 	if err != nil || len(batch) != 1 {
 		t.Fatalf("the claim of the first row leased %d rows, %v; want 1", len(batch), err)
 	}
@@ -179,6 +185,7 @@ func TestHeadsClaim_MarksOnlyBehindHeadsInFlightForLong(t *testing.T) {
 	db := dbtest.New(t)
 	db.SetMode(t, outbox.ModeOrdered)
 	_, m := orderedRelay(t, db)
+	_, other := orderedRelayNamed(t, db, "relay-b")
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', k FROM unnest(array['slow', 'failing']) AS k, generate_series(1, 3)`)
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'x', 'fresh')`)
 	// The heads of slow and failing: one leased a minute ago, one backing off.
@@ -186,11 +193,11 @@ func TestHeadsClaim_MarksOnlyBehindHeadsInFlightForLong(t *testing.T) {
 	             WHERE id = (SELECT min(id) FROM %s.messages WHERE key = 'slow')`)
 	db.Exec(t, `UPDATE %s.messages SET attempts = 1, last_error = 'e', available_at = now() + interval '1 hour'
 	             WHERE id = (SELECT min(id) FROM %s.messages WHERE key = 'failing')`)
-	// The head of fresh: leased by this claim, in flight for less than
-	// markAfter at the next claim however slow the machine (with
+	// The head of fresh: leased by another relay's claim, in flight for
+	// less than markAfter at the next claim however slow the machine (with
 	// markWaitingAfter, 100 ms, a loaded CI machine took longer).
 	m.markAfter = time.Minute
-	batch, err := m.claimHeadsOfKeys(ctx, anyRows(100))
+	batch, err := other.claimHeadsOfKeys(ctx, anyRows(100))
 	if err != nil || len(batch) != 1 || batch[0].Key != "fresh" {
 		t.Fatalf("the claim leased %d rows, %v; want the head of fresh", len(batch), err)
 	}
@@ -216,6 +223,67 @@ func TestHeadsClaim_MarksOnlyBehindHeadsInFlightForLong(t *testing.T) {
 	}
 }
 
+// TestHeadsClaim_TakesTheRowsBehindItsOwnRowsInFlight: a claim leases the
+// rows of a key behind the key's rows in flight in its own relay, with
+// their run, and names the row in flight the first of them follows
+// (after): the relay sends them once that row has passed
+// (relay/internal/keychain). Behind another relay's row in flight, or
+// behind a row of its key that is not in flight here (one that backs
+// off), it marks them waiting, as before.
+func TestHeadsClaim_TakesTheRowsBehindItsOwnRowsInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	db.SetMode(t, outbox.ModeOrdered)
+	_, m := orderedRelay(t, db)
+	_, other := orderedRelayNamed(t, db, "relay-b")
+	m.markAfter = 0 // every row a claim may mark, it marks
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'mine1', 'mine'), ('events.a', 'gap1', 'gap')`)
+	first, err := m.claimHeadsOfKeys(ctx, anyRows(10))
+	if err != nil || len(first) != 2 {
+		t.Fatalf("the first claim leased %d rows, %v; want mine1 and gap1", len(first), err)
+	}
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'theirs1', 'theirs')`)
+	if batch, err := other.claimHeadsOfKeys(ctx, anyRows(10)); err != nil || len(batch) != 1 {
+		t.Fatalf("the other relay's claim leased %d rows, %v; want theirs1", len(batch), err)
+	}
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key, available_at) VALUES ('events.a', 'gap2', 'gap', now() + interval '1 hour')`)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key)
+	            SELECT 'events.a', convert_to(k || i, 'UTF8'), k FROM unnest(array['mine', 'theirs']) AS k, generate_series(2, 3) AS i`)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'gap3', 'gap')`)
+
+	batch, err := m.claimHeadsOfKeys(ctx, anyRows(40)) // walking 10 candidates
+	var got []string
+	for _, c := range batch {
+		got = append(got, fmt.Sprintf("%s after %d", c.Payload, c.after))
+	}
+	mine1 := first[0].ID
+	if string(first[0].Payload) != "mine1" {
+		mine1 = first[1].ID
+	}
+	if want := fmt.Sprint([]string{fmt.Sprintf("mine2 after %d", mine1), "mine3 after 0"}); err != nil || fmt.Sprint(got) != want {
+		t.Fatalf("the claim leased %v, %v; want %s (mine3 follows mine2 in the claim)", got, err, want)
+	}
+	var waiting []string
+	rows, err := db.Pool.Query(ctx, "SELECT convert_from(payload, 'UTF8') FROM "+db.Table("messages_all")+" WHERE waiting ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		waiting = append(waiting, p)
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if fmt.Sprint(waiting) != "[theirs2 theirs3 gap3]" {
+		t.Errorf("the claim marked %v waiting, want theirs2, theirs3 (behind relay-b's row) and gap3 (behind gap2, which backs off)", waiting)
+	}
+}
+
 // TestHeadsSettle_TheEmptyKeyIsAKey: rows whose key is ” (not NULL) are a
 // key's rows like any other: the settle of their head, delivered by the
 // relay, makes the next one a candidate, though a message's Key is "" for
@@ -226,7 +294,8 @@ func TestHeadsSettle_TheEmptyKeyIsAKey(t *testing.T) {
 	db := dbtest.New(t)
 	db.SetMode(t, outbox.ModeOrdered)
 	r, m := orderedRelay(t, db)
-	m.markAfter = 0
+	_, other := orderedRelayNamed(t, db, "relay-b")
+	other.markAfter = 0
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'x1', '')`)
 	want := [][]string{{"x1"}, {"x2", "x3"}}
 	for i := range want {
@@ -239,10 +308,10 @@ func TestHeadsSettle_TheEmptyKeyIsAKey(t *testing.T) {
 			t.Fatalf("claim %d leased %v, %v; want %v", i+1, got, err, want[i])
 		}
 		if i == 0 {
-			// The claim after marks the rows written behind the head in
-			// flight.
+			// Another relay's claim marks the rows written behind the
+			// head in flight.
 			db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', convert_to('x' || i, 'UTF8'), '' FROM generate_series(2, 3) AS i`)
-			if _, err := m.claimHeadsOfKeys(ctx, anyRows(10)); err != nil {
+			if _, err := other.claimHeadsOfKeys(ctx, anyRows(10)); err != nil {
 				t.Fatal(err)
 			}
 			if n := db.CountWhere(t, "messages_all", "waiting"); n != 2 {
@@ -454,15 +523,19 @@ func TestHeadsClaim_AClaimThatMovesNoRowTakesNoTransactionID(t *testing.T) {
 // and 0.8 s of CPU a claim: with 100 hot keys, claims and the settles that
 // waited for their locks took seconds, and both relays of the pinned-horizon
 // benchmark fell behind, the unpinned one too.)
+//
+// The heads are in flight in another relay; behind its own, a relay
+// leases rather than marks (TestHeadsClaim_TakesTheRowsBehindItsOwnRowsInFlight).
 func TestHeadsClaim_MarksInOnePassOverItsWalk(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
 	db.SetMode(t, outbox.ModeOrdered)
 	_, m := orderedRelay(t, db)
+	_, other := orderedRelayNamed(t, db, "relay-b")
 	m.markAfter = 0
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || i FROM generate_series(0, 99) AS i`)
-	if heads, err := m.claimHeadsOfKeys(ctx, anyRows(1000)); err != nil || len(heads) != 100 {
+	if heads, err := other.claimHeadsOfKeys(ctx, anyRows(1000)); err != nil || len(heads) != 100 {
 		t.Fatalf("the first claim leased %d rows, %v; want the 100 heads", len(heads), err)
 	}
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) SELECT 'events.a', 'x', 'k' || (i % 100) FROM generate_series(1, 1000) AS i`)

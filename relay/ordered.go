@@ -13,9 +13,11 @@ import (
 // ordered delivers the rows of a key one at a time, in insert order,
 // across relays: a keyed row is claimed only as its key's head, its oldest
 // row, or in the head's run, the rows that follow it in the same claim
-// (queryHeadsClaim), which go out one after the other (deliverInKeyOrder);
-// the rows behind a key in flight wait out of the claims' way until its
-// settle makes the next one a candidate (sql_heads.go has the protocol).
+// (queryHeadsClaim), which go out one after the other (deliverInKeyOrder),
+// or behind the key's rows in flight in this relay, which it follows
+// (relay/internal/keychain); the rows behind a key in flight in another
+// relay wait out of the claims' way until its settle makes the next one a
+// candidate (sql_heads.go has the protocol).
 // Rows without a key are claimed by a loop of their own and never held up.
 // See doc.go.
 type ordered struct {

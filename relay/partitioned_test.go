@@ -278,8 +278,21 @@ func TestRelay_PartitionedModeARelayFrozenMidRoundDoesNotStopTheOthers(t *testin
 	relaytest.WaitDrained(t, b.db, 30*time.Second)
 }
 
-func TestRelay_PartitionedModeClaimsAKeysNextRowsWhileItsPreviousRowIsInFlight(t *testing.T) {
+func TestRelay_KeyedModesClaimAKeysNextRowsWhileItsPreviousRowIsInFlight(t *testing.T) {
 	t.Parallel()
+	for mode, set := range keyOrderModes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			testClaimsAKeysNextRowsWhileItsPreviousRowIsInFlight(t, set)
+		})
+	}
+}
+
+// testClaimsAKeysNextRowsWhileItsPreviousRowIsInFlight writes a key's next
+// rows while its first row is in flight in the relay, and fails that row:
+// the relay claims the next rows behind it, sends none of them first, and
+// in the end delivers the key once, in insert order.
+func testClaimsAKeysNextRowsWhileItsPreviousRowIsInFlight(t *testing.T, set func(*relay.Config)) {
 	b := setup(t)
 	release := make(chan struct{})
 	var mu sync.Mutex
@@ -305,7 +318,7 @@ func TestRelay_PartitionedModeClaimsAKeysNextRowsWhileItsPreviousRowIsInFlight(t
 		return errs
 	}}
 	cfg := b.config(t)
-	cfg.Mode = outbox.ModePartitioned
+	set(&cfg)
 	cfg.BackoffMin, cfg.BackoffMax = 50*time.Millisecond, 50*time.Millisecond
 	cfg.Sinks = map[string]sinks.Sink{"nats": sink}
 	relaytest.Start(t, b.db.Pool, cfg)

@@ -24,9 +24,22 @@ WITH patience AS MATERIALIZED (
              ORDER BY o.key, o.id LIMIT 1) AS id
       FROM (SELECT DISTINCT key FROM due) AS k
 ), blockers AS MATERIALIZED (
-    SELECT b.id, b.leased_until, b.available_at, b.waiting FROM "outbox".messages_all AS b
+    SELECT b.id, b.key, b.leased_by, b.leased_until, b.available_at, b.waiting FROM "outbox".messages_all AS b
      WHERE b.id = ANY (ARRAY(SELECT id FROM oldest WHERE id IS NOT NULL))
        FOR KEY SHARE SKIP LOCKED
+), continued AS MATERIALIZED (
+    SELECT d.id, d.leased_by, d.available_at, d.size, d.key, d.sink, d.fresh, p.id AS after
+      FROM (SELECT DISTINCT ON (d.key) d.*, b.id AS oldest
+              FROM due AS d
+              JOIN blockers AS b ON b.key = d.key
+             WHERE b.leased_by = @relay_id AND b.leased_until > now() AND b.leased_until <= now() + interval '24 hours'
+             ORDER BY d.key, d.id) AS d
+     CROSS JOIN LATERAL (
+           SELECT o.id, (o.leased_by = @relay_id AND o.leased_until > now() AND o.leased_until <= now() + interval '24 hours') IS TRUE AS ours
+             FROM "outbox".messages_all AS o
+            WHERE o.key IS NOT NULL AND (o.key, o.id) < (d.key, d.id) AND (o.key, o.id) >= (d.key, d.oldest)
+            ORDER BY o.key DESC, o.id DESC LIMIT 1) AS p
+     WHERE p.ours
 ), beyond AS MATERIALIZED (
     SELECT x.id, x.leased_by, x.available_at, CASE WHEN octet_length(x.payload) <= @payload_max::bigint THEN octet_length(x.payload) ELSE 0 END AS size, x.key,
            coalesce(x.destination, @default_sink) AS sink, x.last_error IS NULL AS fresh, x.waiting, x.leased_until
@@ -45,6 +58,9 @@ WITH patience AS MATERIALIZED (
       FROM beyond AS x
      WHERE x.key IS NOT NULL AND NOT x.waiting AND x.available_at <= now() AND (leased_until IS NULL OR leased_until <= now() OR leased_until > now() + interval '24 hours')
        AND x.sink <> ALL (@closed_sinks::text[])
+     UNION ALL
+    SELECT c.id, c.leased_by, c.available_at, c.size, c.key, c.sink, c.fresh
+      FROM continued AS c
 ), followers AS MATERIALIZED (
     SELECT f.id, h.id AS head, h.available_at AS head_at, f.pos, f.size,
            bool_and(f.ok) OVER (PARTITION BY h.id ORDER BY f.pos) AS unbroken
@@ -93,6 +109,7 @@ WITH patience AS MATERIALIZED (
       JOIN blockers AS b ON b.id = o.id
      WHERE b.id <> ALL (ARRAY(SELECT id FROM due))
        AND b.id <> ALL (ARRAY(SELECT id FROM heads))
+       AND o.key <> ALL (ARRAY(SELECT key FROM continued))
        AND NOT coalesce(b.leased_until > now() + @lease::interval - @mark_after::interval
                         AND b.leased_until <= now() + @lease::interval, false)
 ), marked AS (
@@ -102,7 +119,7 @@ WITH patience AS MATERIALIZED (
            SELECT d.id FROM due AS d
              JOIN blocked AS x ON x.key = d.key
             WHERE d.id > x.id))
-)
+), leased AS (
     UPDATE "outbox".messages_all AS m
        SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
            claim_seq = CASE WHEN m.claim_seq >= 2147483646 OR m.claim_seq < 0 THEN 1 ELSE m.claim_seq + 1 END,
@@ -128,4 +145,8 @@ WITH patience AS MATERIALIZED (
                 WHEN octet_length(m.destination) > 255 THEN 'destination ' || octet_length(m.destination)
                 WHEN pg_column_size(m.headers) > 256
                      THEN CASE WHEN octet_length(m.headers::text) > 16384 THEN 'headers ' || octet_length(m.headers::text) END
-           END AS too_large, NULL::text AS held_key
+           END AS too_large
+)
+SELECT l.*, NULL::text AS held_key, c.after
+  FROM leased AS l
+  LEFT JOIN continued AS c ON c.id = l.id
