@@ -25,7 +25,7 @@ WITH patience AS MATERIALIZED (
       FROM (SELECT DISTINCT key FROM due) AS k
 ), blockers AS MATERIALIZED (
     SELECT b.id, b.key, b.leased_by, b.leased_until, b.available_at, b.waiting FROM "outbox".messages_all AS b
-     WHERE b.id = ANY (ARRAY(SELECT id FROM oldest WHERE id IS NOT NULL))
+     WHERE b.id = ANY (ARRAY(SELECT id FROM oldest WHERE id IS NOT NULL EXCEPT SELECT id FROM due))
        FOR KEY SHARE SKIP LOCKED
 ), continued AS MATERIALIZED (
     SELECT d.id, d.leased_by, d.available_at, d.size, d.key, d.sink, d.fresh, p.id AS after
@@ -52,7 +52,7 @@ WITH patience AS MATERIALIZED (
 ), heads AS MATERIALIZED (
     SELECT d.id, d.leased_by, d.available_at, d.size, d.key, d.sink, d.fresh
       FROM due AS d
-     WHERE d.id = ANY (ARRAY(SELECT id FROM blockers))
+     WHERE d.id = ANY (ARRAY(SELECT id FROM oldest))
      UNION ALL
     SELECT x.id, x.leased_by, x.available_at, x.size, x.key, x.sink, x.fresh
       FROM beyond AS x
@@ -119,7 +119,7 @@ WITH patience AS MATERIALIZED (
            SELECT d.id FROM due AS d
              JOIN blocked AS x ON x.key = d.key
             WHERE d.id > x.id))
-), leased AS (
+)
     UPDATE "outbox".messages_all AS m
        SET attempts = least(greatest(m.attempts, 0), 1000000) + 1,
            claim_seq = CASE WHEN m.claim_seq >= 2147483646 OR m.claim_seq < 0 THEN 1 ELSE m.claim_seq + 1 END,
@@ -145,8 +145,6 @@ WITH patience AS MATERIALIZED (
                 WHEN octet_length(m.destination) > 255 THEN 'destination ' || octet_length(m.destination)
                 WHEN pg_column_size(m.headers) > 256
                      THEN CASE WHEN octet_length(m.headers::text) > 16384 THEN 'headers ' || octet_length(m.headers::text) END
-           END AS too_large
-)
-SELECT l.*, NULL::text AS held_key, c.after
-  FROM leased AS l
-  LEFT JOIN continued AS c ON c.id = l.id
+           END AS too_large, NULL::text AS held_key,
+           CASE WHEN m.id = ANY (ARRAY(SELECT id FROM continued))
+                THEN (SELECT c.after FROM continued AS c WHERE c.id = m.id) END AS after
