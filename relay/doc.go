@@ -71,11 +71,13 @@
 // # Ordered mode
 //
 // In ordered mode (ordered.go), a keyed row is claimed only as its key's
-// head, its oldest row, or in the head's run: the rows that follow it in
-// the same claim, which only the claim holding the head can take, and
-// which deliverInKeyOrder sends one after the other; so at most one row
-// per key is at a sink at a time, across relays. Claims walk the
-// candidates (keyed rows not marked waiting) that are due, through an
+// head, its oldest row, in the head's run (the rows that follow it in
+// the same claim, which only the claim holding the head can take), or
+// behind the key's rows in flight in the claiming relay; deliverInKeyOrder
+// sends a key's rows one after the other, so at most one row per key is
+// at a sink at a time, across relays (but for a row committed late, with
+// an id below rows already claimed). Claims walk the candidates (keyed
+// rows not marked waiting) that are due, through an
 // index that holds only them: of each key they lease the oldest row with
 // its run, and they mark the others waiting, out of that index, while
 // holding a KEY SHARE lock on the older row (once that row backs off or
@@ -88,8 +90,8 @@
 // key's next candidate with its run, naming the row in flight it follows
 // (relay/internal/keychain, as partitioned mode does), and the relay sends
 // them once that row has passed, or releases them unsent when it did not.
-// A head that backs off keeps the
-// rows behind it waiting with one write to itself. Rows without a key are
+// A head that backs off keeps the rows behind it waiting with one write
+// to itself. Rows without a key are
 // claimed by a loop of their own, from an index that holds only them.
 // One claim of heads runs at a time per schema (a transaction-level
 // advisory lock, tried: a claim that finds another relay's under way

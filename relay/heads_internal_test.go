@@ -229,7 +229,12 @@ func TestHeadsClaim_MarksOnlyBehindHeadsInFlightForLong(t *testing.T) {
 // (after): the relay sends them once that row has passed
 // (relay/internal/keychain). Behind another relay's row in flight, or
 // behind a row of its key that is not in flight here (one that backs
-// off), it marks them waiting, as before.
+// off), it marks them waiting, as before; and so behind a retried row in
+// flight here (it goes alone, and the rows behind it wait for its
+// outcome), and behind a row leased under this relay's id that its chains
+// do not hold (a process before it with the same RELAY_ID): rows named
+// after it would be released unsent, and claimed again, until its lease
+// ran out.
 func TestHeadsClaim_TakesTheRowsBehindItsOwnRowsInFlight(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -238,18 +243,21 @@ func TestHeadsClaim_TakesTheRowsBehindItsOwnRowsInFlight(t *testing.T) {
 	_, m := orderedRelay(t, db)
 	_, other := orderedRelayNamed(t, db, "relay-b")
 	m.markAfter = 0 // every row a claim may mark, it marks
-	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'mine1', 'mine'), ('events.a', 'gap1', 'gap')`)
-	first, err := m.claimHeadsOfKeys(ctx, anyRows(10))
-	if err != nil || len(first) != 2 {
-		t.Fatalf("the first claim leased %d rows, %v; want mine1 and gap1", len(first), err)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'mine1', 'mine'), ('events.a', 'gap1', 'gap'), ('events.a', 'retried1', 'retried')`)
+	first, err := m.claimHeadsOfKeys(ctx, anyRows(40))
+	if err != nil || len(first) != 3 {
+		t.Fatalf("the first claim leased %d rows, %v; want mine1, gap1 and retried1", len(first), err)
 	}
+	db.Exec(t, `UPDATE %s.messages SET last_error = 'failed before' WHERE payload = 'retried1'`)
+	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'before1', 'before')`)
+	db.Exec(t, `UPDATE %s.messages SET leased_by = '`+m.e.cfg.ID+`', leased_until = now() + interval '1 minute', attempts = 1 WHERE payload = 'before1'`)
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'theirs1', 'theirs')`)
 	if batch, err := other.claimHeadsOfKeys(ctx, anyRows(10)); err != nil || len(batch) != 1 {
 		t.Fatalf("the other relay's claim leased %d rows, %v; want theirs1", len(batch), err)
 	}
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key, available_at) VALUES ('events.a', 'gap2', 'gap', now() + interval '1 hour')`)
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key)
-	            SELECT 'events.a', convert_to(k || i, 'UTF8'), k FROM unnest(array['mine', 'theirs']) AS k, generate_series(2, 3) AS i`)
+	            SELECT 'events.a', convert_to(k || i, 'UTF8'), k FROM unnest(array['mine', 'theirs', 'retried', 'before']) AS k, generate_series(2, 3) AS i`)
 	db.Exec(t, `INSERT INTO %s.messages (topic, payload, key) VALUES ('events.a', 'gap3', 'gap')`)
 
 	batch, err := m.claimHeadsOfKeys(ctx, anyRows(40)) // walking 10 candidates
@@ -265,7 +273,7 @@ func TestHeadsClaim_TakesTheRowsBehindItsOwnRowsInFlight(t *testing.T) {
 		t.Fatalf("the claim leased %v, %v; want %s (mine3 follows mine2 in the claim)", got, err, want)
 	}
 	var waiting []string
-	rows, err := db.Pool.Query(ctx, "SELECT convert_from(payload, 'UTF8') FROM "+db.Table("messages_all")+" WHERE waiting ORDER BY id")
+	rows, err := db.Pool.Query(ctx, "SELECT convert_from(payload, 'UTF8') FROM "+db.Table("messages_all")+" WHERE waiting ORDER BY payload")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,8 +287,8 @@ func TestHeadsClaim_TakesTheRowsBehindItsOwnRowsInFlight(t *testing.T) {
 	if rows.Err() != nil {
 		t.Fatal(rows.Err())
 	}
-	if fmt.Sprint(waiting) != "[theirs2 theirs3 gap3]" {
-		t.Errorf("the claim marked %v waiting, want theirs2, theirs3 (behind relay-b's row) and gap3 (behind gap2, which backs off)", waiting)
+	if want := "[before2 before3 gap3 retried2 retried3 theirs2 theirs3]"; fmt.Sprint(waiting) != want {
+		t.Errorf("the claim marked %v waiting, want %s: behind relay-b's row, behind gap2 (it backs off), behind retried1 and behind before1 (leased under this relay's id by no claim of its own)", waiting, want)
 	}
 }
 

@@ -1,14 +1,16 @@
 package relay
 
 // The statements of ordered mode (ordered.go), which claims a keyed row
-// only as its key's head: its oldest row. Slots and arguments as in
+// only as its key's head (its oldest row), in a head's run, or behind the
+// key's rows in flight in the claiming relay. Slots and arguments as in
 // sql.go.
 //
 // The protocol. A keyed row is a candidate (waiting is false) from its
 // insert on. A claim walks the candidates that are due, through
 // messages_heads_due_idx, from the claim floor; of those, it leases the
 // ones that are their key's oldest row (with the rows that follow them:
-// their runs), and marks the others waiting, which takes them out of that
+// their runs), and the first of a key whose older rows are all in flight
+// in its own relay (below), and marks the others waiting, which takes them out of that
 // index: no claim walks them again while the rows before them are in
 // flight or back off. The settle that deletes a key's rows (delivered, or
 // dead-lettered) makes the key's next waiting row a candidate again
@@ -20,13 +22,20 @@ package relay
 //
 // A claim does not wait for the settle behind its own relay's rows: a
 // candidate whose key's oldest row is in flight in this relay (@relay_id,
-// under a lease that still runs), and whose previous row in its key is
-// too, is leased with its run like a head (continued), and names that row
-// (after), which the relay sends it behind (relay/internal/keychain). No
-// other relay can take a row of that key while its oldest row is leased
-// here, and a row this relay leased had every older row of its key in
-// flight here or gone, so its link passes only once they all did.
-
+// under a lease that still runs, a first attempt), and whose previous row
+// in its key is too, is leased with its run like a head (continued), and
+// names that row (after), which the relay sends it behind
+// (relay/internal/keychain). No other relay can take a row of that key
+// while its oldest row is leased here, and a row this relay leased had
+// every older row of its key it could see in flight here or gone (a row
+// committed late, with an id below rows already claimed, is sent out of
+// id order, as it always was), so its link passes only once they all did.
+// Only keys the relay's chains hold are continued (@keys_in_flight): rows
+// leased under this relay's id by a process before it (a restart with the
+// same RELAY_ID) have no link here, and a row named after one would be
+// released two seconds later, leased again by the next claim, and so on
+// until that lease ran out; such a key's rows are marked instead.
+//
 // Why no row is left waiting behind nothing. A claim marks a row waiting
 // only while it holds a KEY SHARE lock on the older row it found (SKIP
 // LOCKED: a row being deleted is not locked, and its followers stay
@@ -73,8 +82,9 @@ const unkeyedOnly = `
 // the hot table that has just become current). The oldest rows that are
 // not candidates the walk locked are locked FOR KEY SHARE SKIP LOCKED
 // (blockers); a candidate that is its key's oldest row is a head as the
-// walk locked it (locked again in blockers, as before, each head cost
-// a primary-key lookup more: 0.5 ms a claim of 250 heads, 4%). A key's oldest row
+// walk locked it, FOR NO KEY UPDATE, which a settle's delete waits for as
+// for a KEY SHARE lock (when heads were locked in blockers as well, each
+// cost a primary-key lookup more: 0.5 ms a claim of 250 heads). A key's oldest row
 // that the walk did not reach is a head too (beyond), when it is a
 // candidate, due, not leased and its sink open, locked FOR NO KEY UPDATE
 // SKIP LOCKED by primary key and those conditions checked again on the
@@ -85,8 +95,10 @@ const unkeyedOnly = `
 // reached any head. The rows behind a head leased now are not marked.
 //
 // A key's first candidate in the walk whose key's oldest row is leased by
-// this relay (@relay_id) under a lease that still runs is a head as well
-// (continued), when the key's live row just before it (p, a backward
+// this relay (@relay_id) under a lease that still runs, on a first attempt
+// (a retried row goes alone, below, and so do the rows behind it), and
+// whose key the relay's chains hold (@keys_in_flight, the protocol above),
+// is a head as well (continued), when the key's live row just before it (p, a backward
 // probe of messages_key_idx from the candidate down to the oldest row,
 // where it stops at the latest) is this relay's under a running lease too:
 // it is leased with its run, and returns p's id as after, so that the
@@ -113,8 +125,8 @@ const unkeyedOnly = `
 // A head that failed before (its last_error is set: it is retried) goes
 // alone: with its run, each retry would write the rows behind it three
 // times more (leased, released, marked waiting again).
-// Only the claim that holds a key's head locks its run (no other claim
-// leases a row of a key whose older row exists), and the rows are
+// Only the claim that holds a key's head locks its run (no other relay's
+// claim leases a row of a key whose older row exists), and the rows are
 // delivered one after the other (deliverInKeyOrder), so a key is still
 // sent in insert order, one event at a time, but a hot key's backlog goes
 // out a run per claim rather than a row per claim and settle: with 100 hot
@@ -193,7 +205,8 @@ WITH patience AS MATERIALIZED (
              ORDER BY o.key, o.id LIMIT 1) AS id
       FROM (SELECT DISTINCT key FROM due) AS k
 ), blockers AS MATERIALIZED (
-    SELECT b.id, b.key, b.leased_by, b.leased_until, b.available_at, b.waiting FROM {schema}.messages_all AS b
+    SELECT b.id, b.key, b.leased_by, b.leased_until, b.available_at, b.waiting, b.last_error IS NULL AS fresh
+      FROM {schema}.messages_all AS b
      WHERE b.id = ANY (ARRAY(SELECT id FROM oldest WHERE id IS NOT NULL EXCEPT SELECT id FROM due))
        FOR KEY SHARE SKIP LOCKED
 ), continued AS MATERIALIZED (
@@ -201,7 +214,8 @@ WITH patience AS MATERIALIZED (
       FROM (SELECT DISTINCT ON (d.key) d.*, b.id AS oldest
               FROM due AS d
               JOIN blockers AS b ON b.key = d.key
-             WHERE b.leased_by = @relay_id AND ` + leaseRunning("b") + `
+             WHERE b.leased_by = @relay_id AND ` + leaseRunning("b") + ` AND b.fresh
+               AND @keys_in_flight::jsonb ? d.key
              ORDER BY d.key, d.id) AS d
      CROSS JOIN LATERAL (
            SELECT o.id, (o.leased_by = @relay_id AND ` + leaseRunning("o") + `) IS TRUE AS ours

@@ -20,7 +20,11 @@
 // kept, oldest first. For each key whose rows it kept behind such a row, the
 // claim reports the id of the row just before its first kept row (After):
 // that row is necessarily one this relay leased (any other would have held
-// the key's rows back).
+// the key's rows back). Ordered mode's claim, which takes a key's rows
+// only as its head and its run otherwise, continues a key only when the
+// key's oldest row and the row just before the candidate are both this
+// relay's under a running lease, and the key is one this relay's chains
+// hold (Keys); After is then that row just before.
 //
 // Every keyed row a relay claims gets a Link (Chains.Claimed): resolved
 // once its outcome is known, passed when it was delivered, a duplicate, or
@@ -54,6 +58,6 @@
 // Keys lists the keys of the rows the relay holds: registered and not
 // settled (past their lease too, until the next Begin drops them). A claim may take them as a hint that a key
 // has a row in flight here (partitioned mode's claim skips a lookup for
-// them); nothing of a key's order rests on the list, which a settle or a
+// them; ordered mode's continues only them); nothing of a key's order rests on the list, which a settle or a
 // lease's end may make stale the moment it is read.
 package keychain

@@ -24,7 +24,8 @@ WITH patience AS MATERIALIZED (
              ORDER BY o.key, o.id LIMIT 1) AS id
       FROM (SELECT DISTINCT key FROM due) AS k
 ), blockers AS MATERIALIZED (
-    SELECT b.id, b.key, b.leased_by, b.leased_until, b.available_at, b.waiting FROM "outbox".messages_all AS b
+    SELECT b.id, b.key, b.leased_by, b.leased_until, b.available_at, b.waiting, b.last_error IS NULL AS fresh
+      FROM "outbox".messages_all AS b
      WHERE b.id = ANY (ARRAY(SELECT id FROM oldest WHERE id IS NOT NULL EXCEPT SELECT id FROM due))
        FOR KEY SHARE SKIP LOCKED
 ), continued AS MATERIALIZED (
@@ -32,7 +33,8 @@ WITH patience AS MATERIALIZED (
       FROM (SELECT DISTINCT ON (d.key) d.*, b.id AS oldest
               FROM due AS d
               JOIN blockers AS b ON b.key = d.key
-             WHERE b.leased_by = @relay_id AND b.leased_until > now() AND b.leased_until <= now() + interval '24 hours'
+             WHERE b.leased_by = @relay_id AND b.leased_until > now() AND b.leased_until <= now() + interval '24 hours' AND b.fresh
+               AND @keys_in_flight::jsonb ? d.key
              ORDER BY d.key, d.id) AS d
      CROSS JOIN LATERAL (
            SELECT o.id, (o.leased_by = @relay_id AND o.leased_until > now() AND o.leased_until <= now() + interval '24 hours') IS TRUE AS ours
