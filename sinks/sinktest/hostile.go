@@ -110,6 +110,10 @@ var edgeStrings = []struct{ name, value string }{
 	{"slash", "a/b"},
 	{"colon", "a:b"},
 	{"four_byte", "\U0001d11e"},
+	{"quote", `a"b`},
+	{"backslash", `a\b`},
+	{"json_breakout", `a\"},"x":{"b`},
+	{"markup", "<a href='x'>&amp;</a>"},
 }
 
 // reservedHeaderNames are headers that steer a broker, a proxy or a
