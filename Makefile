@@ -18,7 +18,7 @@ NATS_URL ?= nats://127.0.0.1:4222
 # the table to drop.
 REFLOOP ?= internal/benchkit/yardstick
 
-.PHONY: build test ci helm bench bench-binary bench-replicas bench-processes bench-pin-horizon bench-many-outboxes bench-console bench-instructions bench-partitioned-claim examples examples-run
+.PHONY: build test ci helm bench bench-binary bench-replicas bench-processes bench-pin-horizon bench-many-outboxes bench-console bench-instructions bench-partitioned-claim bench-ordered-claim examples examples-run
 
 build:
 	.ci/build bin/outbox-relay
@@ -178,6 +178,16 @@ bench-instructions: build
 # docs/benchmarks.md, "A key's rows in flight spare the claim a lookup".
 bench-partitioned-claim: build
 	DATABASE_URL="$(DATABASE_URL)" internal/bench/partitioned_claim.sh bin/outbox-relay $(ROUNDS)
+
+# Ordered mode's claim of heads alone, timed with pgbench on a scratch
+# schema of DATABASE_URL (internal/bench/ordered_claim.sh: 200k rows over
+# 5,000 keys, half the keys' first rows in flight in another relay, so a
+# claim takes 250 heads and their runs), ROUNDS rounds of 100 executions;
+# OTHER=file.sql times another version of the statement alternately (git
+# show <commit>:relay/testdata/ordered/claim_heads.sql > file.sql);
+# docs/benchmarks.md, "Ordered mode claims behind its own rows in flight".
+bench-ordered-claim: build
+	DATABASE_URL="$(DATABASE_URL)" internal/bench/ordered_claim.sh bin/outbox-relay $(ROUNDS) $(OTHER)
 
 # The examples' tests: their INSERT statements match the docs' and work
 # against a real schema, and the Go example's main runs (part of `make test`).
