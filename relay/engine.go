@@ -44,6 +44,20 @@ func (e *engine) idFloorArgs(args pgx.StrictNamedArgs) pgx.StrictNamedArgs {
 	return args
 }
 
+// runChainedClaim runs stmt, a claim of a keyed mode that may name rows of
+// this relay's (after) and takes the keys of the rows it holds
+// (@keys_in_flight, keysInFlight): between the chains' Begin and its end,
+// so that the links it may name, settled meanwhile, are kept until its
+// rows are linked into their chains (chainKeys).
+func (e *engine) runChainedClaim(ctx context.Context, stmt string, args pgx.StrictNamedArgs, req claimRequest, what string) ([]claimedRow, []heldKey, error) {
+	end := e.chains.Begin() // and the links settled before are forgotten
+	defer end()
+	args["keys_in_flight"] = keysInFlight(e.chains.Keys())
+	batch, held, err := e.claims.runClaim(ctx, stmt, args, req, what)
+	e.chainKeys(batch)
+	return batch, held, err
+}
+
 // chainKeys links the keyed rows of batch (in id order) into their keys'
 // chains (relay/internal/keychain): each follows its key's previous row in
 // the batch, or the row of this relay's that its claim named (after).

@@ -104,7 +104,7 @@ func (m *ordered) headsClaimArgs(req claimRequest) pgx.StrictNamedArgs {
 	args["mark_after"] = m.markAfter
 	args["lock_wait"] = fmt.Sprintf("%dms", claimLockWait.Milliseconds())
 	args["heads_lock"] = headsLockName(m.e.cfg.Schema)
-	args["keys_in_flight"] = "{}" // the claim sets them once its chains' links are kept
+	args["keys_in_flight"] = "{}" // runChainedClaim sets them once its chains' links are kept
 	return args
 }
 
@@ -125,12 +125,7 @@ func (m *ordered) claimHeadsOfKeys(ctx context.Context, req claimRequest) ([]cla
 		}
 		return nil, nil
 	}
-	end := m.e.chains.Begin() // and the links settled before are forgotten
-	args := m.headsClaimArgs(req)
-	args["keys_in_flight"] = keysInFlight(m.e.chains.Keys())
-	batch, _, err := m.e.claims.runClaim(ctx, m.claimHeads, args, req, "claim heads of keys")
-	m.e.chainKeys(batch)
-	end()
+	batch, _, err := m.e.runChainedClaim(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")
 	m.claimingHeads.release()
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
 		m.e.log.Debug("a claim of heads gave up waiting for a row another transaction is changing", "err", err)

@@ -108,7 +108,7 @@ func (m *partitioned) eagerPause() time.Duration {
 func (m *partitioned) bucketsClaimArgs(req claimRequest, buckets []int32, epochs []int64, shares []int32) pgx.StrictNamedArgs {
 	args := m.e.claims.claimArgs(req)
 	args["buckets"], args["epochs"], args["shares"] = buckets, epochs, shares
-	args["keys_in_flight"] = "{}" // the claim sets them once its chains' links are kept
+	args["keys_in_flight"] = "{}" // runChainedClaim sets them once its chains' links are kept
 	m.e.idFloorArgs(args)
 	return args
 }
@@ -138,11 +138,7 @@ func (m *partitioned) claimer() claimer {
 		// The claim may name rows of this relay's that a settle is
 		// writing down (after): their links are kept until it ends.
 		m.claiming.Lock()
-		end := m.e.chains.Begin()
-		args["keys_in_flight"] = keysInFlight(m.e.chains.Keys())
-		batch, keys, err := m.e.claims.runClaim(ctx, stmt, args, req, "claim rows of owned buckets")
-		m.e.chainKeys(batch)
-		end()
+		batch, keys, err := m.e.runChainedClaim(ctx, stmt, args, req, "claim rows of owned buckets")
 		m.claiming.Unlock()
 		rows := make([]int32, len(batch))
 		for i := range batch {

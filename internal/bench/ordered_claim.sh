@@ -16,6 +16,7 @@
 # Usage: internal/bench/ordered_claim.sh bin/outbox-relay [rounds] [other.sql]
 # with DATABASE_URL set (the Makefile's outbox_bench database, say).
 set -euo pipefail
+. "$(dirname "$0")/claim_statement.sh"
 relay=${1:?usage: ordered_claim.sh bin/outbox-relay [rounds] [other.sql]}
 rounds=${2:-4}
 other=${3:-}
@@ -26,49 +27,21 @@ trap 'rm -rf "$work"' EXIT
 
 psql "$DATABASE_URL" -qc "SET client_min_messages = warning" -c "DROP SCHEMA IF EXISTS $schema CASCADE"
 "$relay" migrate --schema "$schema" >/dev/null
+psql "$DATABASE_URL" -qc "UPDATE $schema.relay_mode SET mode = 'ordered'"
+keyed_rows "$schema"
 psql "$DATABASE_URL" -q >/dev/null <<SQL
-SET client_min_messages = warning;
-UPDATE $schema.relay_mode SET mode = 'ordered';
-INSERT INTO $schema.messages (topic, payload, key, headers)
-SELECT 'events.a', decode(repeat('ab', 256), 'hex'), 'key-' || (i % 5000), '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
-  FROM generate_series(1, 200000) AS i;
-VACUUM ANALYZE $schema.messages;
 UPDATE $schema.messages SET leased_by = 'r2', leased_until = now() + interval '1 hour', claim_seq = 1, attempts = 1
  WHERE id IN (SELECT id FROM $schema.messages ORDER BY id LIMIT 20000) AND (id - 1) % 5000 < 2500;
 SQL
 
-# statement SQL OUT: the claim in SQL with its arguments in the text, in a
-# pgbench script.
+# statement SQL OUT: the claim of heads in SQL, as a pgbench script.
 statement() {
-	{
-		echo 'BEGIN;'
-		echo "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true);"
-		sed -e "s/\"outbox\"/$schema/g" \
-			-e "s/@keys_in_flight::jsonb/'{}'::jsonb/g" \
-			-e "s/@floor::timestamptz/'-infinity'::timestamptz/g" \
-			-e "s/@id_floor::bigint/(SELECT min(id) FROM $schema.messages)::bigint/g" \
-			-e "s/@passed_writers::text\[\]/'{}'::text[]/g" \
-			-e "s/@passed_ids::bigint\[\]/'{}'::bigint[]/g" \
-			-e "s/@payload_max::bigint/1048576::bigint/g" \
-			-e "s/@byte_budget::bigint/67108864::bigint/g" \
-			-e "s/@oversized::bool/true/g" \
-			-e "s/@closed_sinks::text\[\]/'{}'::text[]/g" \
-			-e "s/@default_sink/'nats'/g" \
-			-e "s/@lease::interval/'1 minute'::interval/g" \
-			-e "s/@mark_after::interval/'100 milliseconds'::interval/g" \
-			-e "s/@lock_wait/'100ms'/g" \
-			-e "s/@heads_lock/'ordered_claim_bench'/g" \
-			-e "s/@relay_id/'r1'/g" \
-			-e "s/@walk/250/g" \
-			-e "s/@limit/1000/g" \
-			"$1" | tr '\n' ' '
-		echo ';'
-		echo 'ROLLBACK;'
-	} >"$2"
-	if grep -q '@[a-z_]' "$2"; then
-		echo "ordered_claim.sh: an argument of the claim is not filled: $(grep -o '@[a-z_]*' "$2" | sort -u | tr '\n' ' ')" >&2
-		exit 1
-	fi
+	claim_script "$schema" "$1" "$2" \
+		-e "s/@keys_in_flight::jsonb/'{}'::jsonb/g" \
+		-e "s/@mark_after::interval/'100 milliseconds'::interval/g" \
+		-e "s/@lock_wait/'100ms'/g" \
+		-e "s/@heads_lock/'$schema'/g" \
+		-e "s/@walk/250/g"
 }
 statement relay/testdata/ordered/claim_heads.sql "$work/this.sql"
 variants=this

@@ -16,6 +16,7 @@
 # Usage: internal/bench/partitioned_claim.sh bin/outbox-relay [rounds]
 # with DATABASE_URL set (the Makefile's outbox_bench database, say).
 set -euo pipefail
+. "$(dirname "$0")/claim_statement.sh"
 relay=${1:?usage: partitioned_claim.sh bin/outbox-relay [rounds]}
 rounds=${2:-4}
 : "${DATABASE_URL:?set DATABASE_URL}"
@@ -30,47 +31,23 @@ SET client_min_messages = warning;
 UPDATE $schema.relay_mode SET mode = 'partitioned';
 SELECT $schema.messages_apply_mode();
 UPDATE $schema.buckets SET owner = CASE WHEN bucket < 16 THEN 'r1' ELSE 'r2' END, epoch = 1, lease_until = now() + interval '1 day';
-INSERT INTO $schema.messages (topic, payload, key, headers)
-SELECT 'events.a', decode(repeat('ab', 256), 'hex'), 'key-' || (i % 5000), '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
-  FROM generate_series(1, 200000) AS i;
-VACUUM ANALYZE $schema.messages;
+SQL
+keyed_rows "$schema"
+psql "$DATABASE_URL" -q >/dev/null <<SQL
 UPDATE $schema.messages SET leased_by = 'r1', leased_until = now() + interval '1 hour', claim_seq = 1, attempts = 1
  WHERE id IN (SELECT id FROM $schema.messages WHERE $schema.messages_bucket(key, id) < 16 ORDER BY available_at, id LIMIT 3000);
 SQL
 psql "$DATABASE_URL" -tAc "SELECT coalesce(jsonb_object_agg(key, 0), '{}')::text FROM (SELECT DISTINCT key FROM $schema.messages WHERE leased_by = 'r1') AS k" >"$work/keys.json"
 echo '{}' >"$work/none.json"
 
-# statement KEYS_FILE OUT: the claim with its arguments in the text, the
-# keys in flight from KEYS_FILE, in a pgbench script.
+# statement KEYS_FILE OUT: the claim's pgbench script, told the keys in
+# flight in KEYS_FILE.
 statement() {
-	{
-		echo 'BEGIN;'
-		echo "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true);"
-		sed -e "s/\"outbox\"/$schema/g" \
-			-e "s/@keys_in_flight::jsonb/'$(sed 's/[&/\]/\\&/g' "$1")'::jsonb/g" \
-			-e "s/@buckets::int\[\]/'{0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}'::int[]/g" \
-			-e "s/@epochs::bigint\[\]/array_fill(1::bigint, ARRAY[16])/g" \
-			-e "s/@shares::int\[\]/array_fill(63, ARRAY[16])/g" \
-			-e "s/@floor::timestamptz/'-infinity'::timestamptz/g" \
-			-e "s/@id_floor::bigint/(SELECT min(id) FROM $schema.messages)::bigint/g" \
-			-e "s/@passed_writers::text\[\]/'{}'::text[]/g" \
-			-e "s/@passed_ids::bigint\[\]/'{}'::bigint[]/g" \
-			-e "s/@payload_max::bigint/1048576::bigint/g" \
-			-e "s/@byte_budget::bigint/67108864::bigint/g" \
-			-e "s/@oversized::bool/true/g" \
-			-e "s/@closed_sinks::text\[\]/'{}'::text[]/g" \
-			-e "s/@default_sink/'nats'/g" \
-			-e "s/@lease::interval/'1 minute'::interval/g" \
-			-e "s/@relay_id/'r1'/g" \
-			-e "s/@limit/1000/g" \
-			relay/testdata/partitioned/claim.sql | tr '\n' ' '
-		echo ';'
-		echo 'ROLLBACK;'
-	} >"$2"
-	if grep -q '@[a-z_]' "$2"; then
-		echo "partitioned_claim.sh: an argument of the claim is not filled: $(grep -o '@[a-z_]*' "$2" | sort -u | tr '\n' ' ')" >&2
-		exit 1
-	fi
+	claim_script "$schema" relay/testdata/partitioned/claim.sql "$2" \
+		-e "s/@keys_in_flight::jsonb/'$(sed 's/[&/\]/\\&/g' "$1")'::jsonb/g" \
+		-e "s/@buckets::int\[\]/'{0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}'::int[]/g" \
+		-e "s/@epochs::bigint\[\]/array_fill(1::bigint, ARRAY[16])/g" \
+		-e "s/@shares::int\[\]/array_fill(63, ARRAY[16])/g"
 }
 statement "$work/none.json" "$work/none.sql"
 statement "$work/keys.json" "$work/keys.sql"
