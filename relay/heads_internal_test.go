@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
@@ -596,7 +597,8 @@ func TestHeadsClaim_TakesRunsInOnePass(t *testing.T) {
 // is under way (here, its transaction left open), another relay's claim of
 // heads walks nothing, leases nothing and marks nothing, though a key's
 // head is free, rather than meet the first claim's heads as heads nobody
-// holds and mark the rows behind them; once the first claim has
+// holds and mark the rows behind them, and counts the turn it did not run
+// (outbox_relay_heads_claims_busy_total); once the first claim has
 // committed, the next claim leases the free key's head with its run.
 func TestHeadsClaim_OneClaimAtATimePerSchema(t *testing.T) {
 	t.Parallel()
@@ -618,12 +620,18 @@ func TestHeadsClaim_OneClaimAtATimePerSchema(t *testing.T) {
 	if n := db.CountWhere(t, "messages_all", "waiting"); n != 0 {
 		t.Fatalf("a claim beside another relay's claim under way marked %d rows waiting; want none", n)
 	}
+	if busy := testutil.ToFloat64(b.e.metrics.HeadsClaimsBusy); busy != 1 {
+		t.Errorf("outbox_relay_heads_claims_busy_total is %v after a claim beside another relay's claim under way; want 1", busy)
+	}
 	if err := first.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	batch, err := b.claimHeadsOfKeys(ctx, anyRows(10))
 	if err != nil || len(batch) != 2 || batch[0].Key != "k1" || batch[1].Key != "k1" {
 		t.Fatalf("the claim after the first committed leased %+v, %v; want k1's two rows", batch, err)
+	}
+	if busy := testutil.ToFloat64(b.e.metrics.HeadsClaimsBusy); busy != 1 {
+		t.Errorf("outbox_relay_heads_claims_busy_total is %v after a claim that ran; want it still 1", busy)
 	}
 }
 

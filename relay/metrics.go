@@ -68,6 +68,9 @@ type Metrics struct {
 	BlockedKeys   prometheus.Gauge
 	WaitingOnKey  prometheus.Gauge
 	LanesRepaired prometheus.Counter
+	// HeadsClaimsBusy counts the claims of heads not run because another
+	// relay's was under way (queryHeadsLockFree).
+	HeadsClaimsBusy prometheus.Counter
 
 	// Partitioned mode.
 	BucketsOwned    prometheus.Gauge
@@ -214,6 +217,10 @@ func NewMetrics() *Metrics {
 		LanesRepaired: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Name: "lanes_repaired_total",
 			Help: "Ordered mode: rows made claimable again that waited behind no older row of their key (a head deleted by hand; expected to stay 0).",
+		}),
+		HeadsClaimsBusy: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "heads_claims_busy_total",
+			Help: "Ordered mode: claims of keys' heads this relay did not run because another relay's claim of heads in the schema was under way (one runs at a time per schema).",
 		}),
 		BucketsOwned: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "buckets_owned",

@@ -24,6 +24,7 @@ type ordered struct {
 	e                             *engine
 	claimUnkeyed, claimHeads      string
 	repairHeads, backlog, blocked string
+	headsLockFree                 string
 	settle                        settleStatements
 	// markAfter is markWaitingAfter (tests that need every row marked
 	// set it to 0).
@@ -78,6 +79,7 @@ func newOrdered(e *engine) *ordered {
 		e:             e,
 		claimUnkeyed:  renderClaim(s, unkeyedOnly),
 		claimHeads:    render(queryHeadsClaim, s, nil),
+		headsLockFree: queryHeadsLockFree,
 		repairHeads:   render(queryHeadsRepair, s, nil),
 		backlog:       render(queryHeadsBacklog, s, nil),
 		blocked:       render(queryHeadsBlocked, s, nil),
@@ -123,6 +125,15 @@ func (m *ordered) claimHeadsOfKeys(ctx context.Context, req claimRequest) ([]cla
 		if err != nil {
 			return nil, fmt.Errorf("claim heads of keys: waiting for the other loop's claim: %w", err)
 		}
+		return nil, nil
+	}
+	var free bool
+	if err := m.e.pool.QueryRow(ctx, m.headsLockFree, pgx.StrictNamedArgs{"heads_lock": headsLockName(m.e.cfg.Schema)}).Scan(&free); err != nil || !free {
+		m.claimingHeads.release()
+		if err != nil {
+			return nil, fmt.Errorf("claim heads of keys: is another relay's claim of heads under way: %w", err)
+		}
+		m.e.metrics.HeadsClaimsBusy.Inc()
 		return nil, nil
 	}
 	batch, _, err := m.e.runChainedClaim(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")
