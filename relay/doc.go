@@ -94,9 +94,11 @@
 // to itself. Rows without a key are
 // claimed by a loop of their own, from an index that holds only them.
 // One claim of heads runs at a time per schema (a transaction-level
-// advisory lock, tried: a claim that finds another relay's under way
-// takes nothing and comes back at its next turn), so that claims never
-// meet each other's heads half leased. sql_heads.go has the protocol and
+// advisory lock, tried: a relay asks first whether another relay's claim
+// holds it, and does not run its claim when one does, counting the turn in
+// outbox_relay_heads_claims_busy_total; a claim that finds it taken all
+// the same takes nothing; either comes back at its next turn), so that
+// claims never meet each other's heads half leased. sql_heads.go has the protocol and
 // why no row is left waiting behind nothing.
 //
 // # Partitioned mode

@@ -147,7 +147,8 @@ const unkeyedOnly = `
 // heads lock (@heads_lock, a transaction-level advisory lock) first, and a
 // claim that finds another relay's claim holding it walks nothing and
 // leases nothing (patience yields no row): it comes back at its loop's
-// next turn. Claims that overlapped met each other's heads, locked but
+// next turn. A relay asks before it claims (queryHeadsLockFree), and does
+// not run a claim that would find the lock taken. Claims that overlapped met each other's heads, locked but
 // not yet leased, as heads nobody held, and marked the rows behind them
 // waiting (each mark an update that is never HOT: waiting is in two
 // index predicates, and the lease then clears it, another), and with hot
