@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/outbox-relay/outbox-relay/internal/testkit/dbtest"
 	"github.com/outbox-relay/outbox-relay/internal/testkit/waitfor"
@@ -597,9 +598,11 @@ func TestHeadsClaim_TakesRunsInOnePass(t *testing.T) {
 // is under way (here, its transaction left open), another relay's claim of
 // heads walks nothing, leases nothing and marks nothing, though a key's
 // head is free, rather than meet the first claim's heads as heads nobody
-// holds and mark the rows behind them, and counts the turn it did not run
-// (outbox_relay_heads_claims_busy_total); once the first claim has
-// committed, the next claim leases the free key's head with its run.
+// holds and mark the rows behind them: the relay does not run the claim,
+// and counts the turn (outbox_relay_heads_claims_busy_total), and the claim
+// statement run all the same (as after a race with the question) leases and
+// marks nothing; once the first claim has committed, the next claim leases
+// the free key's head with its run.
 func TestHeadsClaim_OneClaimAtATimePerSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -623,6 +626,22 @@ func TestHeadsClaim_OneClaimAtATimePerSchema(t *testing.T) {
 	if busy := testutil.ToFloat64(b.e.metrics.HeadsClaimsBusy); busy != 1 {
 		t.Errorf("outbox_relay_heads_claims_busy_total is %v after a claim beside another relay's claim under way; want 1", busy)
 	}
+	if ran := claimsObserved(t, b); ran != 0 {
+		t.Errorf("%d claims of heads ran beside another relay's claim under way; want none run", ran)
+	}
+	// A claim that runs all the same (it asked while the lock was free)
+	// takes the lock in its statement, finds it taken, and leases and
+	// marks nothing.
+	late := planTx(t, db)
+	if ids := claimedIDs(t, late, b.claimHeads, b.headsClaimArgs(anyRows(10))); len(ids) != 0 {
+		t.Fatalf("a claim statement run beside another relay's claim under way leased %v; want none", ids)
+	}
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := db.CountWhere(t, "messages_all", "waiting"); n != 0 {
+		t.Fatalf("a claim statement run beside another relay's claim under way marked %d rows waiting; want none", n)
+	}
 	if err := first.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -633,6 +652,20 @@ func TestHeadsClaim_OneClaimAtATimePerSchema(t *testing.T) {
 	if busy := testutil.ToFloat64(b.e.metrics.HeadsClaimsBusy); busy != 1 {
 		t.Errorf("outbox_relay_heads_claims_busy_total is %v after a claim that ran; want it still 1", busy)
 	}
+	if ran := claimsObserved(t, b); ran != 1 {
+		t.Errorf("%d claims of heads ran; want the one after the first committed", ran)
+	}
+}
+
+// claimsObserved returns how many claims m's relay ran to the end
+// (outbox_relay_claim_duration_seconds' count).
+func claimsObserved(t *testing.T, m *ordered) uint64 {
+	t.Helper()
+	var out dto.Metric
+	if err := m.e.metrics.ClaimDuration.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.GetHistogram().GetSampleCount()
 }
 
 // TestHeadsClaim_AClaimLeftOpenGivesUpTheHeadsLock: a relay frozen after

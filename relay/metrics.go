@@ -220,7 +220,7 @@ func NewMetrics() *Metrics {
 		}),
 		HeadsClaimsBusy: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Name: "heads_claims_busy_total",
-			Help: "Ordered mode: claims of keys' heads this relay did not run because another relay's claim of heads in the schema was under way (one runs at a time per schema).",
+			Help: "Ordered mode: claims of keys' heads this relay did not run because the schema's lock for them was taken, by another relay's claim of heads under way (one runs at a time per schema).",
 		}),
 		BucketsOwned: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "buckets_owned",

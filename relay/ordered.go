@@ -136,6 +136,12 @@ func (m *ordered) claimHeadsOfKeys(ctx context.Context, req claimRequest) ([]cla
 		m.e.metrics.HeadsClaimsBusy.Inc()
 		return nil, nil
 	}
+	select {
+	case <-req.stopping: // begun while it asked: rows leased now would only wait
+		m.claimingHeads.release()
+		return nil, nil
+	default:
+	}
 	batch, _, err := m.e.runChainedClaim(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")
 	m.claimingHeads.release()
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {

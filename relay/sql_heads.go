@@ -55,6 +55,19 @@ package relay
 const unkeyedOnly = `
        AND c.key IS NULL`
 
+// queryHeadsLockFree tells whether no claim of heads holds the schema's
+// heads lock (@heads_lock) at this moment: it takes the lock and, the
+// statement being a transaction of its own, lets it go at once. A claim of
+// heads asks first and, when the lock is taken, does not run: during a
+// backlog most claims of heads find another relay's claim under way, and
+// each such claim cost the relay the keys it holds in flight written out
+// (up to 64 KiB) and PostgreSQL that object parsed and the claim's plan of
+// some 200 nodes started and run to nothing, about 1 ms of its CPU, where
+// this costs a twentieth of it. The answer may be stale by the time the
+// claim runs, which takes the lock itself (patience) and finds nothing
+// when it lost the race, as before.
+const queryHeadsLockFree = `SELECT pg_try_advisory_xact_lock(hashtext(@heads_lock))`
+
 // queryHeadsClaim leases the due heads among up to @walk due candidates,
 // oldest first, each with the rows that follow it in its key (its run),
 // and marks waiting the candidates an older row of their key holds up (see
@@ -181,19 +194,6 @@ const unkeyedOnly = `
 // Measured with the statement alone under pgbench: 250 heads and their
 // runs, 11.7-12.2 ms a claim against 12.1-13.0 ms before continued, whose
 // cost those two changes more than pay.
-// queryHeadsLockFree tells whether no claim of heads holds the schema's
-// heads lock (@heads_lock) at this moment: it takes the lock and, the
-// statement being a transaction of its own, lets it go at once. A claim of
-// heads asks first and, when the lock is taken, does not run: during a
-// backlog most claims of heads find another relay's claim under way, and
-// each such claim cost the relay the keys it holds in flight written out
-// (up to 64 KiB) and PostgreSQL that object parsed and the claim's plan of
-// some 200 nodes started and run to nothing, about 1 ms of its CPU, where
-// this costs a twentieth of it. The answer may be stale by the time the
-// claim runs, which takes the lock itself (patience) and finds nothing
-// when it lost the race, as before.
-const queryHeadsLockFree = `SELECT pg_try_advisory_xact_lock(hashtext(@heads_lock))`
-
 var queryHeadsClaim = `
 WITH patience AS MATERIALIZED (
     SELECT set_config('lock_timeout', @lock_wait, true) AS lock_timeout,
