@@ -777,12 +777,29 @@ func createStream(ctx context.Context, natsURL, name, subject string) error {
 	if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return err
 	}
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: name, Description: pinMarker, Subjects: []string{subject},
-		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: 1,
-	})
-	return err
+	// A stream deleted just now may still be leaving the server's store
+	// directory: creating one of the same name then fails with "error
+	// creating store for stream" (seen on a loaded machine, between two
+	// configurations of make bench-many-outboxes), so that is tried again
+	// for a few seconds.
+	for tries := 1; ; tries++ {
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: name, Description: pinMarker, Subjects: []string{subject},
+			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: 1,
+		})
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != streamStoreFailed || tries == 20 {
+			return err
+		}
+		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
+
+// streamStoreFailed is the JetStream API's error code for a stream whose
+// store could not be created (JSStreamStoreFailedF).
+const streamStoreFailed jetstream.ErrorCode = 10049
 
 // pinHold is a pin in place: the connections whose transactions hold the
 // horizon and, with -pin-how readers, the goroutines that run the readers
