@@ -44,7 +44,7 @@ func goldenStatements() map[string]map[string]string {
 		"ordered": {
 			"claim_unkeyed": o.claimUnkeyed,
 			"claim_heads":   o.claimHeads,
-			"heads_lock":    o.headsLockFree,
+			"heads_lock":    queryHeadsLockFree,
 			"settle":        o.settle.settle,
 			"archive_only":  o.settle.archiveOnly,
 			"heads_promote": o.settle.then,

@@ -24,7 +24,6 @@ type ordered struct {
 	e                             *engine
 	claimUnkeyed, claimHeads      string
 	repairHeads, backlog, blocked string
-	headsLockFree                 string
 	settle                        settleStatements
 	// markAfter is markWaitingAfter (tests that need every row marked
 	// set it to 0).
@@ -79,7 +78,6 @@ func newOrdered(e *engine) *ordered {
 		e:             e,
 		claimUnkeyed:  renderClaim(s, unkeyedOnly),
 		claimHeads:    render(queryHeadsClaim, s, nil),
-		headsLockFree: queryHeadsLockFree,
 		repairHeads:   render(queryHeadsRepair, s, nil),
 		backlog:       render(queryHeadsBacklog, s, nil),
 		blocked:       render(queryHeadsBlocked, s, nil),
@@ -127,23 +125,20 @@ func (m *ordered) claimHeadsOfKeys(ctx context.Context, req claimRequest) ([]cla
 		}
 		return nil, nil
 	}
+	defer m.claimingHeads.release()
 	var free bool
-	if err := m.e.pool.QueryRow(ctx, m.headsLockFree, pgx.StrictNamedArgs{"heads_lock": headsLockName(m.e.cfg.Schema)}).Scan(&free); err != nil || !free {
-		m.claimingHeads.release()
-		if err != nil {
-			return nil, fmt.Errorf("claim heads of keys: is another relay's claim of heads under way: %w", err)
-		}
+	if err := m.e.pool.QueryRow(ctx, queryHeadsLockFree, pgx.StrictNamedArgs{"heads_lock": headsLockName(m.e.cfg.Schema)}).Scan(&free); err != nil {
+		return nil, fmt.Errorf("claim heads of keys: is another relay's claim of heads under way: %w", err)
+	} else if !free {
 		m.e.metrics.HeadsClaimsBusy.Inc()
 		return nil, nil
 	}
 	select {
 	case <-req.stopping: // begun while it asked: rows leased now would only wait
-		m.claimingHeads.release()
 		return nil, nil
 	default:
 	}
 	batch, _, err := m.e.runChainedClaim(ctx, m.claimHeads, m.headsClaimArgs(req), req, "claim heads of keys")
-	m.claimingHeads.release()
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
 		m.e.log.Debug("a claim of heads gave up waiting for a row another transaction is changing", "err", err)
 		return nil, nil

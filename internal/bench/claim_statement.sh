@@ -1,6 +1,13 @@
 # claim_statement.sh is sourced by the scripts that time a claim statement
 # alone with pgbench (partitioned_claim.sh, ordered_claim.sh): the scratch
-# rows they claim, and the statement as a pgbench script.
+# schema and rows they claim, and the statement as a pgbench script.
+
+# scratch_schema RELAY SCHEMA makes SCHEMA afresh (dropped first if it is
+# there) with the migrations of the binary RELAY.
+scratch_schema() {
+	psql "$DATABASE_URL" -qc "SET client_min_messages = warning" -c "DROP SCHEMA IF EXISTS $2 CASCADE"
+	"$1" migrate --schema "$2" >/dev/null
+}
 
 # keyed_rows SCHEMA inserts 200,000 rows over 5,000 keys into SCHEMA's
 # outbox, interleaved as producers write them (row i has key i mod 5,000),

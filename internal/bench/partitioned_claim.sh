@@ -24,8 +24,7 @@ schema=partitioned_claim_bench
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-psql "$DATABASE_URL" -qc "SET client_min_messages = warning" -c "DROP SCHEMA IF EXISTS $schema CASCADE"
-"$relay" migrate --schema "$schema" >/dev/null
+scratch_schema "$relay" "$schema"
 psql "$DATABASE_URL" -q >/dev/null <<SQL
 SET client_min_messages = warning;
 UPDATE $schema.relay_mode SET mode = 'partitioned';
