@@ -52,12 +52,12 @@ const fullBatchPatience = 10
 // run claims batches with c and starts their deliveries until ctx
 // ends. It claims again at once while batches come back full and capacity
 // remains, waits a tenth of PollInterval after a claim that found some rows,
-// and PollInterval after an empty one, unless c is woken. It beats live at
+// and PollInterval after an empty one (c's eagerPause while a claim of its
+// rows found some within PollInterval), unless c is woken. It beats live at
 // every turn, and its pauses are live's waits.
 func (l *claimLoops) run(ctx context.Context, deliverCtx context.Context, c claimer, health *claimHealth, live *liveness.Loop) {
 	failures := 0
 	var failing reminder
-	var lastRows time.Time     // when a claim last found rows
 	idle := l.cfg.PollInterval // the next pause after an empty claim
 	// full is set while claims take every row they may (a backlog), and
 	// waiting is when the loop began to wait for room in flight.
@@ -153,7 +153,7 @@ func (l *claimLoops) run(ctx context.Context, deliverCtx context.Context, c clai
 		}
 		health.recordSuccess()
 		if len(batch) > 0 {
-			lastRows = time.Now()
+			l.pacer.rowsFound(c.what, time.Now())
 			l.floor.Found()
 			l.found.Wake()
 			idle = l.cfg.PollInterval
@@ -169,7 +169,7 @@ func (l *claimLoops) run(ctx context.Context, deliverCtx context.Context, c clai
 			// stream is not delayed by a whole poll interval, taking
 			// turns with the other loops (claimPacer).
 			pause(ctx, l.pacer.afterRows(c.what, start, time.Now(), jittered(l.cfg.PollInterval/10)), c.wake, notified, nil)
-		case c.eagerPause != nil && time.Since(lastRows) < l.cfg.PollInterval:
+		case c.eagerPause != nil && l.pacer.foundSince(c.what, time.Now().Add(-l.cfg.PollInterval)):
 			pause(ctx, jittered(c.eagerPause()), c.wake, notified, nil)
 		case c.follower && idle > l.cfg.PollInterval:
 			// Idle, and another loop polls: wait for its rows (or a

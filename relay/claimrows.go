@@ -88,7 +88,8 @@ type claimer struct {
 	// batch, when set, is the most rows per claim; else BatchSize.
 	batch int
 	// eagerPause, when set, is how long an empty claim waits, rather than
-	// PollInterval, while the loop found rows within the last PollInterval.
+	// PollInterval, while a claim of the same rows (what), this loop's or
+	// another's, found some within the last PollInterval.
 	eagerPause func() time.Duration
 	// follower marks a second loop of the same claim, there for speed:
 	// while the relay backs off idle claims (IdlePollInterval), it waits

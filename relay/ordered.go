@@ -89,12 +89,14 @@ func newOrdered(e *engine) *ordered {
 }
 
 // claimers returns two loops that claim the heads of keys, woken by
-// settles, and one for the rows without a key.
+// settles, and one for the rows without a key, which looks again soon
+// after an empty claim while a stream flows (streamPause).
 func (m *ordered) claimers() []claimer {
 	heads := claimer{what: "heads of keys", claim: m.claimHeadsOfKeys, wake: m.wake}
 	second := heads
 	second.follower = true
-	return []claimer{heads, second, {what: "rows without a key", claim: m.e.claims.claimFunc(m.claimUnkeyed)}}
+	unkeyed := claimer{what: "rows without a key", claim: m.e.claims.claimFunc(m.claimUnkeyed), eagerPause: m.e.streamPause}
+	return []claimer{heads, second, unkeyed}
 }
 
 // headsClaimArgs returns the arguments of queryHeadsClaim for req.

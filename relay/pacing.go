@@ -23,11 +23,13 @@ type claimPacer struct {
 	// latest start of a claim of that kind, begun or planned.
 	loops map[string]int
 	last  map[string]time.Time
+	// found is when a claim of each kind last found rows.
+	found map[string]time.Time
 }
 
 // newClaimPacer returns a pacer for the loops cs.
 func newClaimPacer(cs []claimer) *claimPacer {
-	p := &claimPacer{loops: map[string]int{}, last: map[string]time.Time{}}
+	p := &claimPacer{loops: map[string]int{}, last: map[string]time.Time{}, found: map[string]time.Time{}}
 	for _, c := range cs {
 		p.loops[c.what]++
 	}
@@ -41,6 +43,23 @@ func (p *claimPacer) claimStarted(what string, t time.Time) {
 	if t.After(p.last[what]) {
 		p.last[what] = t
 	}
+}
+
+// rowsFound records that a claim of rows what found some at t.
+func (p *claimPacer) rowsFound(what string, t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t.After(p.found[what]) {
+		p.found[what] = t
+	}
+}
+
+// foundSince reports whether a claim of rows what found some after t:
+// whichever loop took them, a stream flows.
+func (p *claimPacer) foundSince(what string, t time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.found[what].After(t)
 }
 
 // afterRows returns how long a loop waits, at now, after its claim of rows
@@ -67,3 +86,14 @@ func (p *claimPacer) afterRows(what string, start, now time.Time, every time.Dur
 	p.last[what] = next
 	return max(next.Sub(now), 0)
 }
+
+// streamPause is how long a claim loop over the whole table (unordered
+// mode's first loop, ordered mode's loop for rows without a key) waits
+// after an empty claim while a claim of its rows found some within the
+// last PollInterval (claimer.eagerPause): a tenth of PollInterval, as
+// after a claim that found rows. A stream's claims find nothing now and
+// then (the other loop has just taken what had committed); waiting the
+// whole PollInterval then held the rows that committed next for up to
+// 50 ms, which set the commit-to-ack p99 of a steady 10k rows/s. Past
+// PollInterval without rows, the loop backs off as before.
+func (e *engine) streamPause() time.Duration { return e.cfg.PollInterval / 10 }

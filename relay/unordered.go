@@ -43,11 +43,14 @@ func newUnordered(e *engine) *unordered {
 // claimers returns two loops that claim any due row, one claim at a time
 // while a backlog drains (claiming), then from where the last one ended
 // (cursor): while one delivers its batch or waits for room in flight, the
-// other can claim; the second follows the first while idle.
+// other can claim; the second follows the first while idle. The first
+// looks again soon after an empty claim while a stream flows
+// (streamPause).
 func (m *unordered) claimers() []claimer {
 	c := claimer{what: "rows", claim: m.claimRows}
 	second := c
 	second.follower = true
+	c.eagerPause = m.e.streamPause
 	return []claimer{c, second}
 }
 

@@ -281,9 +281,13 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 			defer buckets.stop()
 		}
 	case "steady":
-		// The producers start once the relays share the buckets: steady
-		// mode measures the stream, not the start.
+		// The producers start once every relay claims, and in partitioned
+		// mode once they share the buckets: steady mode measures the
+		// stream, not the start.
 		run = rs.start(runCtx)
+		if err := rs.waitClaiming(ctx, run); err != nil {
+			return err
+		}
 		if o.Relay.Mode == outbox.ModePartitioned {
 			buckets = WatchBuckets(ctx, pool, o.Schema, o.Replicas, time.Now())
 			defer buckets.stop()
