@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -128,6 +129,14 @@ type claimRunner struct {
 	plan    string
 	floor   *floor.State
 	sampler *sampler.Sampler
+	// sizeHint follows how many rows claims read (the last claim's, or
+	// half the hint before it when that is more: one short claim in a
+	// backlog does not shrink it): the next claim's batch is made for
+	// twice as many (at most its limit), growing as it reads, not for its
+	// limit. A steady stream's claims find a few dozen rows of their
+	// 1,000, and a batch made for 1,000 rows (288 KB, cleared) cost 7% of
+	// the relay's CPU at 10k rows/s, and its collector more.
+	sizeHint atomic.Int64
 }
 
 // newClaimRunner returns the claim runner of a relay on schema cfg.Schema.
@@ -319,7 +328,8 @@ func (cr *claimRunner) readClaimed(rows pgx.Rows, limit int) (batch []claimedRow
 	if err != nil {
 		return nil, nil, err
 	}
-	batch = make([]claimedRow, 0, limit)
+	batch = make([]claimedRow, 0, min(limit, max(2*int(cr.sizeHint.Load()), 16)))
+	defer func() { cr.sizeHint.Store(max(int64(len(batch)), cr.sizeHint.Load()/2)) }()
 	// The scan's destinations live once for the whole claim, each row
 	// read into them and copied out: values, not pointers, so that a row
 	// costs the allocations of its own strings and bytes alone, not one
