@@ -52,9 +52,9 @@ const fullBatchPatience = 10
 // run claims batches with c and starts their deliveries until ctx
 // ends. It claims again at once while batches come back full and capacity
 // remains, waits a tenth of PollInterval after a claim that found some rows,
-// and PollInterval after an empty one (c's eagerPause while a claim of its
-// rows found some within PollInterval), unless c is woken. It beats live at
-// every turn, and its pauses are live's waits.
+// and PollInterval after an empty one (c's eagerPause while a stream
+// flows: eager), unless c is woken. It beats live at every turn, and its
+// pauses are live's waits.
 func (l *claimLoops) run(ctx context.Context, deliverCtx context.Context, c claimer, health *claimHealth, live *liveness.Loop) {
 	failures := 0
 	var failing reminder
@@ -169,7 +169,8 @@ func (l *claimLoops) run(ctx context.Context, deliverCtx context.Context, c clai
 			// stream is not delayed by a whole poll interval, taking
 			// turns with the other loops (claimPacer).
 			pause(ctx, l.pacer.afterRows(c.what, start, time.Now(), jittered(l.cfg.PollInterval/10)), c.wake, notified, nil)
-		case c.eagerPause != nil && l.pacer.foundSince(c.what, time.Now().Add(-l.cfg.PollInterval)):
+		case l.eager(c):
+			// A stream flows: its claims find nothing now and then.
 			pause(ctx, jittered(c.eagerPause()), c.wake, notified, nil)
 		case c.follower && idle > l.cfg.PollInterval:
 			// Idle, and another loop polls: wait for its rows (or a
@@ -183,6 +184,25 @@ func (l *claimLoops) run(ctx context.Context, deliverCtx context.Context, c clai
 			l.idlePause.Store(int64(idle))
 		}
 	}
+}
+
+// eager reports whether c, after an empty claim, pauses for its
+// eagerPause rather than PollInterval: while a claim of its rows (what),
+// by any loop, found some within the last PollInterval, or within
+// c.eagerPauses+1 of its pauses when that is set; not while notifications
+// wake the loops at each insert (they then look at once).
+func (l *claimLoops) eager(c claimer) bool {
+	switch {
+	case c.eagerPause == nil:
+		return false
+	case l.listener != nil && l.listener.Listening():
+		return false
+	}
+	within := l.cfg.PollInterval
+	if c.eagerPauses > 0 {
+		within = time.Duration(c.eagerPauses+1) * c.eagerPause()
+	}
+	return l.pacer.foundSince(c.what, time.Now().Add(-within))
 }
 
 // idlePollCap is the longest pause after empty claims: IdlePollInterval,

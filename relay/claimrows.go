@@ -81,7 +81,8 @@ const claimShutdownGrace = time.Second
 // claimer is one claim loop: the claim it makes and what wakes it early
 // from a pause. A mode says which loops run (mode.claimers).
 type claimer struct {
-	// what names the rows it claims, for logs.
+	// what names the rows it claims, for logs; loops that claim the same
+	// rows take turns and share what their claims found (claimPacer).
 	what  string
 	claim func(ctx context.Context, req claimRequest) ([]claimedRow, error)
 	// wake, when set, ends a pause at once: a settle made rows claimable.
@@ -90,8 +91,12 @@ type claimer struct {
 	batch int
 	// eagerPause, when set, is how long an empty claim waits, rather than
 	// PollInterval, while a claim of the same rows (what), this loop's or
-	// another's, found some within the last PollInterval.
-	eagerPause func() time.Duration
+	// another's, found some within the last PollInterval
+	// (claimLoops.eager); eagerPauses, when set, shortens that: the
+	// eagerness lasts eagerPauses+1 of its pauses from the last rows
+	// found.
+	eagerPause  func() time.Duration
+	eagerPauses int
 	// follower marks a second loop of the same claim, there for speed:
 	// while the relay backs off idle claims (IdlePollInterval), it waits
 	// for another loop to find rows rather than poll too.
@@ -129,13 +134,14 @@ type claimRunner struct {
 	plan    string
 	floor   *floor.State
 	sampler *sampler.Sampler
-	// sizeHint follows how many rows claims read (the last claim's, or
-	// half the hint before it when that is more: one short claim in a
-	// backlog does not shrink it): the next claim's batch is made for
-	// twice as many (at most its limit), growing as it reads, not for its
-	// limit. A steady stream's claims find a few dozen rows of their
-	// 1,000, and a batch made for 1,000 rows (288 KB, cleared) cost 7% of
-	// the relay's CPU at 10k rows/s, and its collector more.
+	// sizeHint follows how many rows the claims that found some read (the
+	// last one's, or half the hint before it when that is more: one short
+	// claim in a backlog does not shrink it, nor do the empty claims of
+	// another loop): the next claim's batch is made for twice as many (at
+	// most its limit), growing as it reads, not for its limit. A steady
+	// stream's claims find a few dozen rows of their 1,000, and a batch
+	// made for 1,000 rows (288 KB, cleared) cost 7% of the relay's CPU at
+	// 10k rows/s, and its collector more.
 	sizeHint atomic.Int64
 }
 
@@ -329,7 +335,6 @@ func (cr *claimRunner) readClaimed(rows pgx.Rows, limit int) (batch []claimedRow
 		return nil, nil, err
 	}
 	batch = make([]claimedRow, 0, min(limit, max(2*int(cr.sizeHint.Load()), 16)))
-	defer func() { cr.sizeHint.Store(max(int64(len(batch)), cr.sizeHint.Load()/2)) }()
 	// The scan's destinations live once for the whole claim, each row
 	// read into them and copied out: values, not pointers, so that a row
 	// costs the allocations of its own strings and bytes alone, not one
@@ -416,6 +421,9 @@ func (cr *claimRunner) readClaimed(rows pgx.Rows, limit int) (batch []claimedRow
 		// The claim may have committed before the connection failed; rows
 		// leased then come back when the lease expires.
 		return nil, nil, err
+	}
+	if len(batch) > 0 {
+		cr.sizeHint.Store(max(int64(len(batch)), cr.sizeHint.Load()/2))
 	}
 	slices.SortFunc(batch, func(a, b claimedRow) int { return cmp.Compare(a.ID, b.ID) })
 	return batch, held, nil

@@ -74,8 +74,10 @@ type Config struct {
 	MaxPayloadBytes int64
 	// PollInterval is the pause after a claim that found nothing
 	// (RELAY_POLL_INTERVAL); after a claim that found rows but was not full
-	// the pause is a tenth of it, and after a full one there is none.
-	// Default PollIntervalDefault.
+	// the pause is a tenth of it, and after a full one there is none. One
+	// loop of each kind also pauses a tenth of it after an empty claim
+	// soon after the last rows found, while a stream flows
+	// (claimLoops.eager). Default PollIntervalDefault.
 	PollInterval time.Duration
 	// IdlePollInterval is the longest pause between the claims of a loop
 	// that keeps finding nothing (RELAY_IDLE_POLL_INTERVAL): the pause after

@@ -95,7 +95,7 @@ func (m *ordered) claimers() []claimer {
 	heads := claimer{what: "heads of keys", claim: m.claimHeadsOfKeys, wake: m.wake}
 	second := heads
 	second.follower = true
-	unkeyed := claimer{what: "rows without a key", claim: m.e.claims.claimFunc(m.claimUnkeyed), eagerPause: m.e.streamPause}
+	unkeyed := claimer{what: "rows without a key", claim: m.e.claims.claimFunc(m.claimUnkeyed), eagerPause: m.e.streamPause, eagerPauses: streamPauses}
 	return []claimer{heads, second, unkeyed}
 }
 

@@ -16,7 +16,9 @@ import (
 // them began or has planned (n loops), and no sooner than every after its
 // own last claim began (nor later than every after the claim ended). The
 // claims per second stay what they were; the longest wait for one is
-// halved with two loops.
+// halved with two loops. It also records when a claim of each kind last
+// found rows (rowsFound), which tells the loops a stream flows
+// (claimLoops.eager).
 type claimPacer struct {
 	mu sync.Mutex
 	// loops is how many loops claim each kind of rows, and last the
@@ -86,14 +88,3 @@ func (p *claimPacer) afterRows(what string, start, now time.Time, every time.Dur
 	p.last[what] = next
 	return max(next.Sub(now), 0)
 }
-
-// streamPause is how long a claim loop over the whole table (unordered
-// mode's first loop, ordered mode's loop for rows without a key) waits
-// after an empty claim while a claim of its rows found some within the
-// last PollInterval (claimer.eagerPause): a tenth of PollInterval, as
-// after a claim that found rows. A stream's claims find nothing now and
-// then (the other loop has just taken what had committed); waiting the
-// whole PollInterval then held the rows that committed next for up to
-// 50 ms, which set the commit-to-ack p99 of a steady 10k rows/s. Past
-// PollInterval without rows, the loop backs off as before.
-func (e *engine) streamPause() time.Duration { return e.cfg.PollInterval / 10 }

@@ -59,3 +59,24 @@ func TestClaimPacer_EarlyClaimsDoNotPushThePlansAhead(t *testing.T) {
 		now = now.Add(500 * time.Microsecond) // woken early
 	}
 }
+
+// TestClaimPacer_RowsFoundAreSharedByTheLoopsOfOneKind: rows one loop found
+// tell the other loop of the same rows that a stream flows, not a loop of
+// other rows, and only after the moment asked about.
+func TestClaimPacer_RowsFoundAreSharedByTheLoopsOfOneKind(t *testing.T) {
+	p := newClaimPacer([]claimer{{what: "rows"}, {what: "rows"}, {what: "rows without a key"}})
+	at := time.Unix(100, 0)
+	if p.foundSince("rows", at.Add(-time.Hour)) {
+		t.Error("rows found before any claim found some")
+	}
+	p.rowsFound("rows", at)
+	p.rowsFound("rows", at.Add(-time.Second)) // a claim that ended later, begun earlier
+	switch {
+	case !p.foundSince("rows", at.Add(-50*time.Millisecond)):
+		t.Error("rows found 50 ms after the moment asked about are not seen")
+	case p.foundSince("rows", at):
+		t.Error("rows found at the moment asked about count as found after it")
+	case p.foundSince("rows without a key", at.Add(-time.Hour)):
+		t.Error("rows of one kind found count for another kind")
+	}
+}

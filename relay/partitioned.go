@@ -77,8 +77,9 @@ func newPartitioned(e *engine) *partitioned {
 // claimers returns two loops that claim from the owned buckets. Each
 // relay sees only its buckets' part of a stream, which a claim often finds
 // empty while the stream goes on: one loop looks again soon (eagerPause)
-// until a whole poll interval has passed without rows, as a loop of the
-// other modes does while it finds rows. The other helps with backlogs.
+// until a whole poll interval has passed without rows found by either
+// loop (the other modes' eager loops stop sooner: streamPauses). The
+// other helps with backlogs.
 func (m *partitioned) claimers() []claimer {
 	lead := m.claimer()
 	lead.eagerPause = m.eagerPause

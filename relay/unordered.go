@@ -50,7 +50,7 @@ func (m *unordered) claimers() []claimer {
 	c := claimer{what: "rows", claim: m.claimRows}
 	second := c
 	second.follower = true
-	c.eagerPause = m.e.streamPause
+	c.eagerPause, c.eagerPauses = m.e.streamPause, streamPauses
 	return []claimer{c, second}
 }
 

@@ -284,16 +284,17 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		// The producers start once every relay claims, and in partitioned
 		// mode once they share the buckets: steady mode measures the
 		// stream, not the start.
+		started := time.Now()
 		run = rs.start(runCtx)
-		if err := rs.waitClaiming(ctx, run); err != nil {
-			return err
-		}
 		if o.Relay.Mode == outbox.ModePartitioned {
-			buckets = WatchBuckets(ctx, pool, o.Schema, o.Replicas, time.Now())
+			buckets = WatchBuckets(ctx, pool, o.Schema, o.Replicas, started)
 			defer buckets.stop()
 			if err := buckets.waitShared(ctx); err != nil {
 				return errors.Join(err, run.early())
 			}
+		}
+		if err := rs.waitClaiming(ctx, run); err != nil {
+			return err
 		}
 		startClocks()
 		if err := produce(ctx, pool, o, lat); err != nil {

@@ -119,7 +119,7 @@ func (rs replicas) waitClaiming(ctx context.Context, run *running) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for the relays' first claims: %w", ctx.Err())
+			return errors.Join(fmt.Errorf("waiting for the relays' first claims (%d of %d claimed): %w", claimed, len(rs), ctx.Err()), run.early())
 		case <-time.After(time.Millisecond):
 		}
 	}
