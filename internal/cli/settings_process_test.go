@@ -175,6 +175,54 @@ func TestProcess_RELAY_NOTIFYDeliversWithoutWaitingForThePoll(t *testing.T) {
 	}
 }
 
+// RELAY_POLL_INTERVAL on the binary, while a stream flows: with an
+// interval of 4 s and a row committed every 0.9 s, the claims between two
+// rows find nothing, and the relay looks again a tenth of the interval
+// later rather than the whole of it, so each row (once the relay's first
+// pauses are over) arrives within 2 s of its commit; waiting the whole
+// interval after an empty claim left rows waiting about 4 s.
+func TestProcess_RELAY_POLL_INTERVALDoesNotHoldUpAStreamsRows(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	srv := natstest.Start(t)
+	srv.CreateStream(t, "EVENTS", "events.>")
+	startProcess(t, relayEnv(db, srv, "RELAY_POLL_INTERVAL=4s")...)
+	const rows, unmeasured = 14, 6
+	for range rows {
+		db.Exec(t, `INSERT INTO %s.messages (topic, payload) VALUES ('events.stream', 'x')`)
+		time.Sleep(900 * time.Millisecond)
+	}
+	relaytest.WaitDrained(t, db, 30*time.Second)
+	r, err := db.Pool.Query(context.Background(), `
+SELECT id, extract(epoch FROM delivered_at - created_at)::float8
+  FROM `+db.Table("archive")+` ORDER BY id OFFSET $1`, unmeasured)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	read := 0
+	for r.Next() {
+		read++
+		var id int64
+		var waited float64
+		if err := r.Scan(&id, &waited); err != nil {
+			t.Fatal(err)
+		}
+		if waited > 2 {
+			t.Errorf("row %d was delivered %.2fs after its commit, want within 2s (half of RELAY_POLL_INTERVAL=4s)", id, waited)
+		}
+	}
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if read != rows-unmeasured {
+		t.Errorf("read %d of the %d measured rows in the archive", read, rows-unmeasured)
+	}
+	if n := len(srv.Messages(t, "EVENTS")); n != rows {
+		t.Errorf("NATS holds %d messages, want %d", n, rows)
+	}
+}
+
 // RELAY_MAX_IN_FLIGHT_BYTES on the binary: with a 64 KiB budget and rows of
 // 30,000 bytes, at most two rows are ever leased at once, though the batch
 // size and the webhook's concurrency would allow many more; all arrive.
